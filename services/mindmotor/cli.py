@@ -1,0 +1,51 @@
+"""`mindmotor` — one command for the platform.
+
+Each area registers its own subcommands from `mindmotor/<area>/cli.py` with a `register(subparsers)`
+function; that module must import nothing heavy at import time (the trainer's PyTorch, for one, is
+imported only when a training command runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# Modules that contribute subcommands. A module that does not exist yet is skipped.
+COMMAND_MODULES = [
+    "mindmotor.worker.cli",        # worker
+    "mindmotor.device.cli",        # npu-smi
+    "mindmotor.trainer.cli",       # train, trainer, debug compare
+    "mindmotor.coordinator.cli",   # coordinator
+    "mindmotor.controller.cli",    # controller
+    "mindmotor.deployer.cli",      # deployer, deploy
+    "mindmotor.launcher.cli",      # up
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mindmotor", description="MindMotor LLM serving platform")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue
+            raise
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    result = args.func(args)
+    return int(result or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,31 @@
+"""Chained hashes of full KV blocks: the key of the prefix cache.
+
+A block's hash covers its own token ids and, through the parent hash, every token before it, so
+equal hashes mean equal prefixes. BLAKE2b is used so that the value is the same in every process
+(the coordinator's cache-aware router computes the same hashes as the workers).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Sequence
+
+import numpy as np
+
+ROOT_HASH = b"mindmotor-prefix-v1"
+
+
+def hash_block(parent: bytes, token_ids: Sequence[int]) -> bytes:
+    h = hashlib.blake2b(parent, digest_size=16)
+    h.update(np.asarray(token_ids, dtype=np.int64).tobytes())
+    return h.digest()
+
+
+def block_hashes(token_ids: Sequence[int], block_size: int, start_hashes: Sequence[bytes] = ()) -> list[bytes]:
+    """Hashes of every full block of `token_ids`, continuing from `start_hashes` (already known)."""
+    hashes = list(start_hashes)
+    parent = hashes[-1] if hashes else ROOT_HASH
+    for first in range(len(hashes) * block_size, len(token_ids) - block_size + 1, block_size):
+        parent = hash_block(parent, token_ids[first:first + block_size])
+        hashes.append(parent)
+    return hashes

@@ -1,0 +1,181 @@
+"""Tokenizer: a Hugging Face `tokenizer.json` through the `tokenizers` library, the chat template
+from `tokenizer_config.json`, and incremental detokenization for streaming.
+
+Also `train_bpe`, which trains a byte-level BPE tokenizer (used by the trainer and by the tiny
+test checkpoints), so that no tokenizer is ever downloaded.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import jinja2
+import jinja2.sandbox
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import decoders, models, pre_tokenizers, trainers
+
+EOS_TOKEN = "<|endoftext|>"
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+SPECIAL_TOKENS = [EOS_TOKEN, IM_START, IM_END]
+
+# ChatML, as Qwen2 uses it: https://huggingface.co/docs/transformers/chat_templating
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+class TokenizerError(ValueError):
+    """A tokenizer directory that cannot be used; the message names the file."""
+
+
+def train_bpe(texts: Iterable[str], vocab_size: int, min_frequency: int = 2) -> HFTokenizer:
+    """Train a byte-level BPE tokenizer (GPT-2 style: every byte is a token, so nothing is unknown)."""
+    tok = HFTokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    return tok
+
+
+def save_tokenizer(tok: HFTokenizer, directory: str | Path, model_max_length: int,
+                   chat_template: str = CHATML_TEMPLATE) -> None:
+    """Write `tokenizer.json` and `tokenizer_config.json` (with the chat template) in HF layout."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    tok.save(str(directory / "tokenizer.json"))
+    added = {
+        str(tok.token_to_id(t)): {"content": t, "special": True, "lstrip": False, "rstrip": False,
+                                  "normalized": False, "single_word": False}
+        for t in SPECIAL_TOKENS if tok.token_to_id(t) is not None
+    }
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": None,
+        "eos_token": EOS_TOKEN,
+        "pad_token": EOS_TOKEN,
+        "unk_token": None,
+        "model_max_length": model_max_length,
+        "added_tokens_decoder": added,
+        "clean_up_tokenization_spaces": False,
+        "chat_template": chat_template,
+    }
+    (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
+def _token_content(value) -> str | None:
+    if isinstance(value, dict):
+        return value.get("content")
+    return value
+
+
+@dataclass
+class Tokenizer:
+    """What the engine and the services need of a tokenizer."""
+
+    hf: HFTokenizer
+    eos_token: str | None = None
+    bos_token: str | None = None
+    chat_template: str | None = None
+    eos_token_ids: tuple[int, ...] = ()
+    _template: jinja2.Template | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_dir(cls, directory: str | Path, extra_eos_ids: Sequence[int] = ()) -> "Tokenizer":
+        directory = Path(directory)
+        path = directory / "tokenizer.json"
+        if not path.is_file():
+            raise TokenizerError(f"{path}: missing (a checkpoint needs tokenizer.json)")
+        try:
+            hf = HFTokenizer.from_file(str(path))
+        except Exception as exc:  # the tokenizers library raises plain Exceptions
+            raise TokenizerError(f"{path}: cannot be loaded: {exc}") from exc
+        config: dict = {}
+        config_path = directory / "tokenizer_config.json"
+        if config_path.is_file():
+            try:
+                config = json.loads(config_path.read_text())
+            except json.JSONDecodeError as exc:
+                raise TokenizerError(f"{config_path}: invalid JSON: {exc}") from exc
+        eos = _token_content(config.get("eos_token"))
+        bos = _token_content(config.get("bos_token"))
+        eos_ids = {int(i) for i in extra_eos_ids}
+        if eos is not None and hf.token_to_id(eos) is not None:
+            eos_ids.add(hf.token_to_id(eos))
+        template = config.get("chat_template")
+        if isinstance(template, list):  # HF allows a list of named templates
+            template = next((t["template"] for t in template if t.get("name") == "default"), None)
+        return cls(hf=hf, eos_token=eos, bos_token=bos, chat_template=template,
+                   eos_token_ids=tuple(sorted(eos_ids)))
+
+    @property
+    def vocab_size(self) -> int:
+        return self.hf.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str) -> list[int]:
+        return self.hf.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return self.hf.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def id_to_token(self, token_id: int) -> str | None:
+        return self.hf.id_to_token(int(token_id))
+
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+        if not self.chat_template:
+            raise TokenizerError("this model has no chat template (tokenizer_config.json: chat_template)")
+        if self._template is None:
+            env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+            self._template = env.from_string(self.chat_template)
+        return self._template.render(messages=messages, add_generation_prompt=add_generation_prompt,
+                                     bos_token=self.bos_token or "", eos_token=self.eos_token or "")
+
+
+class IncrementalDetokenizer:
+    """Turns a growing list of token ids into text deltas without splitting a UTF-8 character.
+
+    Decodes a short window of previous tokens together with the new ones and emits only what
+    the new tokens added; a trailing U+FFFD (an incomplete byte sequence) is held back.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, prompt_ids: Sequence[int] = (), window: int = 6):
+        self.tokenizer = tokenizer
+        self.ids: list[int] = list(prompt_ids[-window:])
+        self.prefix_offset = 0
+        self.read_offset = len(self.ids)
+        self.text = ""
+
+    def add(self, token_ids: Sequence[int]) -> str:
+        self.ids.extend(int(t) for t in token_ids)
+        decode = self.tokenizer.decode
+        prefix_text = decode(self.ids[self.prefix_offset:self.read_offset])
+        full_text = decode(self.ids[self.prefix_offset:])
+        if len(full_text) > len(prefix_text) and not full_text.endswith("\ufffd"):
+            delta = full_text[len(prefix_text):]
+            self.prefix_offset = self.read_offset
+            self.read_offset = len(self.ids)
+            self.text += delta
+            return delta
+        return ""
+
+    def flush(self) -> str:
+        """At the end of a sequence: emit whatever was held back."""
+        full_text = self.tokenizer.decode(self.ids[self.prefix_offset:])
+        prefix_text = self.tokenizer.decode(self.ids[self.prefix_offset:self.read_offset])
+        delta = full_text[len(prefix_text):]
+        self.prefix_offset = self.read_offset = len(self.ids)
+        self.text += delta
+        return delta

@@ -1,0 +1,165 @@
+"""`BlockManager`: who owns which KV block.
+
+A pool of `num_blocks` fixed-size blocks with a free list, reference counts, and prefix caching:
+a full block is registered under the chained hash of the tokens up to its end, and blocks that no
+running sequence references stay cached (evictable, in LRU order) until a new allocation needs them.
+
+The manager never decides policy: `allocate_slots` returns False when the pool is short and leaves
+everything unchanged; the scheduler decides whom to preempt.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import OrderedDict
+
+from mindmotor.common.block_hash import block_hashes
+
+from .sequence import Sequence
+
+
+class BlockManager:
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
+        if num_blocks < 1 or block_size < 1:
+            raise ValueError(f"need at least one block of at least one token, got {num_blocks}×{block_size}")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.ref_counts = [0] * num_blocks
+        self.block_hash: list[bytes | None] = [None] * num_blocks
+        self.hash_to_block: dict[bytes, int] = {}
+        self._free_ids = list(range(num_blocks))          # min-heap: low ids first keeps the pool compact
+        self._evictable: OrderedDict[int, None] = OrderedDict()  # cached, unreferenced; oldest first
+        self._num_hashed: dict[str, int] = {}             # request id → its blocks already registered
+        self.prefix_queries = 0                           # prompt tokens looked up
+        self.prefix_hits = 0                              # of those, found cached
+
+    # ---- what the scheduler sees ------------------------------------------------------------
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self._free_ids) + len(self._evictable)
+
+    @property
+    def usage(self) -> float:
+        """Fraction of blocks referenced by sequences (cached-but-free blocks count as free)."""
+        return 1.0 - self.num_free_blocks / self.num_blocks
+
+    @property
+    def prefix_hit_rate(self) -> float:
+        return self.prefix_hits / self.prefix_queries if self.prefix_queries else 0.0
+
+    def blocks_needed(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    def get_computed_blocks(self, seq: Sequence) -> list[int]:
+        """The longest cached prefix of `seq` in whole blocks, leaving at least one token to compute
+        (its logits are needed). Touches nothing."""
+        if not self.enable_prefix_caching:
+            return []
+        tokens = seq.all_token_ids
+        seq.block_hashes = block_hashes(tokens, self.block_size, seq.block_hashes)
+        max_blocks = (len(tokens) - 1) // self.block_size
+        hits = []
+        for h in seq.block_hashes[:max_blocks]:
+            block = self.hash_to_block.get(h)
+            if block is None:
+                break
+            hits.append(block)
+        return hits
+
+    def record_prefix_lookup(self, num_tokens: int, num_hit_tokens: int) -> None:
+        """Count one admission's prefix-cache lookup (for the hit-rate figure)."""
+        self.prefix_queries += num_tokens
+        self.prefix_hits += num_hit_tokens
+
+    def allocate_slots(self, seq: Sequence, num_new_tokens: int, computed_blocks: list[int] = ()) -> bool:
+        """Give `seq` blocks for `num_new_tokens` more tokens (after any cached `computed_blocks`).
+        Returns False, changing nothing, when the pool cannot supply them."""
+        num_tokens = seq.num_computed_tokens + len(computed_blocks) * self.block_size + num_new_tokens
+        num_new_blocks = self.blocks_needed(num_tokens) - len(seq.block_table) - len(computed_blocks)
+        num_revived = sum(1 for b in computed_blocks if self.ref_counts[b] == 0)
+        if max(num_new_blocks, 0) + num_revived > self.num_free_blocks:
+            return False
+        for block in computed_blocks:
+            if self.ref_counts[block] == 0:
+                del self._evictable[block]
+            self.ref_counts[block] += 1
+            seq.block_table.append(block)
+        for _ in range(num_new_blocks):
+            block = self._pop_free()
+            self.ref_counts[block] = 1
+            seq.block_table.append(block)
+        return True
+
+    def cache_blocks(self, seq: Sequence) -> None:
+        """Register the blocks of `seq` that have become full and computed."""
+        if not self.enable_prefix_caching:
+            return
+        num_full = seq.num_computed_tokens // self.block_size
+        done = self._num_hashed.get(seq.request_id, 0)
+        if num_full <= done:
+            return
+        if len(seq.block_hashes) < num_full:
+            seq.block_hashes = block_hashes(seq.all_token_ids[:num_full * self.block_size],
+                                            self.block_size, seq.block_hashes)
+        for i in range(done, num_full):
+            block, h = seq.block_table[i], seq.block_hashes[i]
+            if self.block_hash[block] is None and h not in self.hash_to_block:
+                self.block_hash[block] = h
+                self.hash_to_block[h] = block
+        self._num_hashed[seq.request_id] = num_full
+
+    def free(self, seq: Sequence) -> None:
+        """Drop `seq`'s references. Its tail blocks are released first, so they are evicted first."""
+        for block in reversed(seq.block_table):
+            self.ref_counts[block] -= 1
+            if self.ref_counts[block] == 0:
+                if self.block_hash[block] is not None:
+                    self._evictable[block] = None
+                else:
+                    heapq.heappush(self._free_ids, block)
+        seq.block_table = []
+        self._num_hashed.pop(seq.request_id, None)
+
+    def reset_prefix_cache(self) -> None:
+        """Forget every cached block that no sequence uses."""
+        while self._evictable:
+            block, _ = self._evictable.popitem(last=False)
+            self._uncache(block)
+            heapq.heappush(self._free_ids, block)
+
+    # ---- internals --------------------------------------------------------------------------
+    def _pop_free(self) -> int:
+        if self._free_ids:
+            return heapq.heappop(self._free_ids)
+        block, _ = self._evictable.popitem(last=False)    # least recently used cached block
+        self._uncache(block)
+        return block
+
+    def _uncache(self, block: int) -> None:
+        h = self.block_hash[block]
+        if h is not None and self.hash_to_block.get(h) == block:
+            del self.hash_to_block[h]
+        self.block_hash[block] = None
+
+    def check_invariants(self, sequences: list[Sequence] | None = None) -> None:
+        """free + used = total; no negative counts; the cache index agrees with the blocks.
+        With `sequences` (every live one), reference counts equal their block-table entries."""
+        free = set(self._free_ids)
+        evictable = set(self._evictable)
+        assert len(free) == len(self._free_ids), "a block is twice in the free list"
+        assert not free & evictable, "a block is both free and cached-evictable"
+        used = {b for b, r in enumerate(self.ref_counts) if r > 0}
+        assert all(r >= 0 for r in self.ref_counts), "negative reference count"
+        assert len(used) + len(free) + len(evictable) == self.num_blocks, (
+            f"free {len(free)} + evictable {len(evictable)} + used {len(used)} != {self.num_blocks}")
+        assert all(self.block_hash[b] is None for b in free), "a free-list block still has a hash"
+        assert all(self.block_hash[b] is not None for b in evictable), "an evictable block has no hash"
+        for h, b in self.hash_to_block.items():
+            assert self.block_hash[b] == h, f"cache index points block {b} at the wrong hash"
+        if sequences is not None:
+            expected = [0] * self.num_blocks
+            for seq in sequences:
+                for b in seq.block_table:
+                    expected[b] += 1
+            assert expected == self.ref_counts, "reference counts disagree with the block tables"

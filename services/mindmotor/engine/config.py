@@ -1,0 +1,38 @@
+"""`EngineConfig`: one frozen dataclass for everything an engine needs; each part takes its slice."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+TIMING_MODES = ("realtime", "virtual")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model: str | None = None              # checkpoint directory; None: the bundled demo model
+    device: str = "910B3"                 # emulated device (mindmotor.device.specs)
+    emulate: str | None = None            # emulated model profile ("qwen2-7b", ...); None: the served model
+    tensor_parallel: int = 1              # of the emulated profile
+    timing: str = "virtual"               # "realtime": steps take the emulated time; "virtual": no waiting
+    memory_fraction: float = 0.8          # of HBM for weights + workspace + KV (MindIE NPU_MEMORY_FRACTION)
+    block_size: int = 16                  # tokens per KV block
+    num_blocks: int | None = None         # override the KV pool size (tests); None: from the device plan
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    max_model_len: int | None = None      # None: the model's max_position_embeddings
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    seed: int = 0                         # for requests that bring no seed of their own
+
+    def __post_init__(self):
+        if self.timing not in TIMING_MODES:
+            raise ValueError(f"timing must be one of {TIMING_MODES}, got {self.timing!r}")
+        if not 0.0 < self.memory_fraction <= 1.0:
+            raise ValueError(f"memory_fraction must be in (0, 1], got {self.memory_fraction}")
+        if self.tensor_parallel < 1:
+            raise ValueError(f"tensor_parallel must be at least 1, got {self.tensor_parallel}")
+        if self.block_size < 1:
+            raise ValueError(f"block_size must be at least 1, got {self.block_size}")
+
+    def with_(self, **changes) -> "EngineConfig":
+        return replace(self, **changes)

@@ -1,0 +1,207 @@
+"""`LLMEngine`: one step = schedule → run the model → postprocess. No networking, no threads.
+
+The emulated device sizes the KV pool (for the emulated model profile) and prices every step; in
+realtime mode `step()` does not return before the card would have finished it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence as Seq
+
+import numpy as np
+
+from mindmotor.common.tokenizer import Tokenizer
+from mindmotor.device.emulated_device import EmulatedDevice
+from mindmotor.device.profiles import ModelProfile, get_profile
+from mindmotor.model.checkpoint import resolve_model_dir
+from mindmotor.model.config import LlamaConfig
+from mindmotor.model.kv_cache import PagedKVCache
+from mindmotor.model.llama import LlamaModel
+
+from .block_manager import BlockManager
+from .config import EngineConfig
+from .model_runner import ModelRunner
+from .output import OutputProcessor, RequestOutput
+from .sampler import Sampler
+from .sampling_params import SamplingParams
+from .scheduler import Scheduler, SchedulerConfig
+from .sequence import Sequence, SequenceStatus
+
+log = logging.getLogger("mindmotor.engine")
+
+
+class RequestError(ValueError):
+    """A request the engine refuses (the worker turns it into INVALID_ARGUMENT)."""
+
+
+@dataclass
+class EngineStats:
+    num_running: int
+    num_waiting: int
+    kv_usage: float
+    num_blocks: int
+    num_free_blocks: int
+    prefix_hit_rate: float
+    num_preemptions: int
+    prompt_tokens: int
+    generation_tokens: int
+    steps: int
+    emulated_time_s: float
+    host_time_s: float
+    lag_time_s: float
+
+
+def served_model_profile(config: LlamaConfig, name: str, tp: int = 1) -> ModelProfile:
+    """The emulated profile of the model actually served (bf16 on the device)."""
+    return ModelProfile.from_model_shape(
+        name, num_layers=config.num_hidden_layers, hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size, num_heads=config.num_attention_heads,
+        num_kv_heads=config.num_key_value_heads, head_dim=config.head_dim,
+        vocab_size=config.vocab_size, tied_embeddings=config.tie_word_embeddings, dtype_bytes=2, tp=tp)
+
+
+class LLMEngine:
+    def __init__(self, config: EngineConfig = EngineConfig()):
+        self.config = config
+        self.model_dir = resolve_model_dir(config.model)
+        self.model = LlamaModel.from_pretrained(self.model_dir)
+        mcfg = self.model.config
+        self.tokenizer = Tokenizer.from_dir(self.model_dir, extra_eos_ids=mcfg.eos_token_ids)
+        self.model_name = Path(self.model_dir).name
+
+        profile = (get_profile(config.emulate, tp=config.tensor_parallel) if config.emulate
+                   else served_model_profile(mcfg, self.model_name, config.tensor_parallel))
+        self.device = EmulatedDevice(config.device, profile, block_size=config.block_size,
+                                     memory_fraction=config.memory_fraction, timing=config.timing,
+                                     max_num_batched_tokens=config.max_num_batched_tokens)
+        num_blocks = config.num_blocks or self.device.kv_plan.num_blocks
+        self.max_model_len = min(config.max_model_len or mcfg.max_position_embeddings,
+                                 mcfg.max_position_embeddings, num_blocks * config.block_size)
+
+        self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
+        self.scheduler = Scheduler(SchedulerConfig(
+            max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
+            max_model_len=self.max_model_len, enable_chunked_prefill=config.enable_chunked_prefill),
+            self.block_manager)
+        self.kv_cache = PagedKVCache(mcfg.num_hidden_layers, num_blocks, config.block_size,
+                                     mcfg.num_key_value_heads, mcfg.head_dim)
+        self.runner = ModelRunner(self.model, self.kv_cache)
+        self.sampler = Sampler(self.tokenizer.eos_token_ids)
+        self.outputs = OutputProcessor(self.tokenizer, self.tokenizer.eos_token_ids, self.max_model_len)
+        self.requests: dict[str, Sequence] = {}
+        self._rng = np.random.default_rng(config.seed)
+        self.prompt_tokens = 0
+        self.generation_tokens = 0
+        self.steps = 0
+        log.info("engine ready", extra={"model": str(self.model_dir), "device": config.device,
+                                        "profile": profile.name, "num_blocks": num_blocks,
+                                        "max_model_len": self.max_model_len})
+
+    # ---- requests ---------------------------------------------------------------------------
+    def validate(self, prompt: str | Seq[int], params: SamplingParams) -> tuple[list[int], SamplingParams]:
+        """Check a request without touching engine state (safe from any thread).
+        Returns the prompt token ids and the params with `max_tokens` resolved."""
+        if isinstance(prompt, str):
+            ids = self.tokenizer.encode(prompt)
+        else:
+            ids = [int(t) for t in prompt]
+        vocab = self.model.config.vocab_size
+        if not ids:
+            raise RequestError("the prompt is empty")
+        bad = [t for t in ids if not 0 <= t < vocab]
+        if bad:
+            raise RequestError(f"prompt token ids {bad[:5]} are outside the vocabulary [0, {vocab})")
+        bad_stops = [t for t in params.stop_token_ids if not 0 <= t < vocab]
+        if bad_stops:
+            raise RequestError(f"stop_token_ids {bad_stops[:5]} are outside the vocabulary [0, {vocab})")
+        if len(ids) >= self.max_model_len:
+            raise RequestError(
+                f"the prompt has {len(ids)} tokens, but this model's maximum context length is "
+                f"{self.max_model_len} tokens (prompt plus at least one generated token)")
+        room = self.max_model_len - len(ids)
+        if params.max_tokens is None:
+            params = SamplingParams(**{**params.__dict__, "max_tokens": room})
+        elif params.max_tokens > room:
+            raise RequestError(
+                f"this model's maximum context length is {self.max_model_len} tokens, but "
+                f"{len(ids) + params.max_tokens} were requested ({len(ids)} in the prompt, "
+                f"{params.max_tokens} in the completion); reduce the prompt or max_tokens")
+        return ids, params
+
+    def add_request(self, request_id: str, prompt: str | Seq[int], params: SamplingParams | None = None,
+                    priority: int = 0, arrival_time: float | None = None,
+                    validated: tuple[list[int], SamplingParams] | None = None) -> Sequence:
+        if request_id in self.requests:
+            raise RequestError(f"request id {request_id!r} is already in use")
+        ids, params = validated or self.validate(prompt, params or SamplingParams())
+        seq = Sequence(request_id=request_id, prompt_token_ids=ids, params=params,
+                       arrival_time=time.monotonic() if arrival_time is None else arrival_time,
+                       priority=priority, max_total_tokens=self.max_model_len)
+        seq.rng = np.random.default_rng(params.seed if params.seed is not None
+                                        else int(self._rng.integers(2**63)))
+        self.requests[request_id] = seq
+        self.outputs.add(seq)
+        self.scheduler.add(seq)
+        return seq
+
+    def abort_request(self, request_id: str) -> RequestOutput | None:
+        seq = self.requests.pop(request_id, None)
+        if seq is None:
+            return None
+        self.scheduler.abort(seq)
+        return self.outputs.make_output(seq, [], [])
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.num_unfinished > 0
+
+    # ---- one step ---------------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        started = time.monotonic()
+        sched = self.scheduler.schedule()
+        if sched.empty:
+            return []
+        logits, inp = self.runner.run(sched)
+        tokens, logprobs = self.sampler(logits, [s.seq for s in inp.sampling]) if inp.sampling else ([], [])
+        outputs = self._postprocess(sched, inp.sampling, tokens, logprobs)
+        self.device.run_step(inp.shape, started)
+        self.steps += 1
+        return outputs
+
+    def _postprocess(self, sched, sampling, tokens, logprobs) -> list[RequestOutput]:
+        bm = self.block_manager
+        for s in sched.scheduled:
+            if s.seq.num_computed_tokens < s.seq.num_prompt_tokens:
+                self.prompt_tokens += min(s.num_new_tokens, s.seq.num_prompt_tokens - s.seq.num_computed_tokens)
+            s.seq.num_computed_tokens += s.num_new_tokens
+            bm.cache_blocks(s.seq)
+        outputs = []
+        now = time.monotonic()
+        for s, token, lp in zip(sampling, tokens, logprobs):
+            seq = s.seq
+            if seq.first_token_time is None:
+                seq.first_token_time = now
+            self.generation_tokens += 1
+            finished = self.outputs.on_token(seq, token)
+            if finished is not None:
+                self.scheduler.finish(seq, finished)
+                self.requests.pop(seq.request_id, None)
+            outputs.append(self.outputs.make_output(seq, [token], [lp] if lp is not None else []))
+        return outputs
+
+    # ---- observability ----------------------------------------------------------------------
+    def stats(self) -> EngineStats:
+        bm, pacer = self.block_manager, self.device.pacer
+        return EngineStats(
+            num_running=len(self.scheduler.running), num_waiting=len(self.scheduler.waiting),
+            kv_usage=bm.usage, num_blocks=bm.num_blocks, num_free_blocks=bm.num_free_blocks,
+            prefix_hit_rate=bm.prefix_hit_rate, num_preemptions=self.scheduler.num_preemptions,
+            prompt_tokens=self.prompt_tokens, generation_tokens=self.generation_tokens, steps=self.steps,
+            emulated_time_s=pacer.emulated_time_s, host_time_s=pacer.host_time_s,
+            lag_time_s=pacer.lag_time_s)
+
+    def check_invariants(self) -> None:
+        self.block_manager.check_invariants(list(self.scheduler.running))

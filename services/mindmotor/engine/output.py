@@ -1,0 +1,101 @@
+"""What the engine reports per request per step, and the stop rules applied to each new token."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mindmotor.common.tokenizer import IncrementalDetokenizer, Tokenizer
+
+from .sampler import TokenLogprob
+from .sequence import Sequence, SequenceStatus
+
+
+@dataclass
+class RequestOutput:
+    """One step's news for one request: the tokens and text added since the last output."""
+    request_id: str
+    new_token_ids: list[int]
+    new_text: str
+    finished: bool
+    finish_reason: str | None = None          # "stop" | "length" | "abort"
+    stop_reason: int | str | None = None      # the stop token id or stop string that matched
+    num_prompt_tokens: int = 0
+    num_output_tokens: int = 0
+    num_cached_tokens: int = 0
+    new_logprobs: list[TokenLogprob] = field(default_factory=list)
+
+
+class OutputProcessor:
+    """Detokenizes each sequence incrementally and decides when it stops.
+
+    With stop strings, the last `max(len(stop)) - 1` characters are held back until it is certain
+    they do not begin a stop string, so a client never sees part of one.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, eos_token_ids: tuple[int, ...], max_model_len: int):
+        self.tokenizer = tokenizer
+        self.eos_token_ids = set(eos_token_ids)
+        self.max_model_len = max_model_len
+        self._detok: dict[str, IncrementalDetokenizer] = {}
+        self._emitted: dict[str, int] = {}  # characters of output_text already sent
+
+    def add(self, seq: Sequence) -> None:
+        self._detok[seq.request_id] = IncrementalDetokenizer(self.tokenizer, seq.prompt_token_ids)
+        self._emitted[seq.request_id] = 0
+
+    def on_token(self, seq: Sequence, token: int) -> SequenceStatus | None:
+        """Append `token` to `seq`; return the finished status if it ends the sequence."""
+        seq.output_token_ids.append(token)
+        p = seq.params
+        n_out = seq.num_output_tokens
+        if n_out >= p.min_tokens:
+            if token in self.eos_token_ids and not p.ignore_eos:
+                return SequenceStatus.FINISHED_STOPPED
+            if token in p.stop_token_ids:
+                seq.stop_reason = token
+                return SequenceStatus.FINISHED_STOPPED
+        detok = self._detok[seq.request_id]
+        delta = detok.add([token])
+        if delta:
+            seq.output_text += delta
+            if p.stop and n_out >= p.min_tokens and self._match_stop_string(seq, len(delta)):
+                return SequenceStatus.FINISHED_STOPPED
+        if p.max_tokens is not None and n_out >= p.max_tokens:
+            return SequenceStatus.FINISHED_LENGTH
+        if seq.num_tokens >= seq.max_total_tokens:
+            return SequenceStatus.FINISHED_LENGTH
+        return None
+
+    def _match_stop_string(self, seq: Sequence, delta_len: int) -> bool:
+        text = seq.output_text
+        for stop in seq.params.stop:
+            start = max(0, len(text) - delta_len - len(stop) + 1)
+            at = text.find(stop, start)
+            if at != -1:
+                end = at + len(stop) if seq.params.include_stop_str_in_output else at
+                seq.output_text = text[:end]
+                seq.stop_reason = stop
+                return True
+        return False
+
+    def make_output(self, seq: Sequence, new_tokens: list[int], new_logprobs: list) -> RequestOutput:
+        rid = seq.request_id
+        finished = seq.status.finished
+        if finished and seq.stop_reason is None and rid in self._detok:
+            # flush characters held back by the detokenizer (an incomplete UTF-8 sequence)
+            seq.output_text += self._detok[rid].flush()
+        hold = 0
+        if seq.params.stop and not finished:
+            hold = max(len(s) for s in seq.params.stop) - 1
+        sent = self._emitted.get(rid, 0)
+        visible = max(sent, len(seq.output_text) - hold)
+        text = seq.output_text[sent:visible]
+        self._emitted[rid] = visible
+        if finished:
+            self._detok.pop(rid, None)
+            self._emitted.pop(rid, None)
+        return RequestOutput(
+            request_id=rid, new_token_ids=new_tokens, new_text=text, finished=finished,
+            finish_reason=seq.status.value if finished else None, stop_reason=seq.stop_reason,
+            num_prompt_tokens=seq.num_prompt_tokens, num_output_tokens=seq.num_output_tokens,
+            num_cached_tokens=seq.num_cached_tokens, new_logprobs=new_logprobs)

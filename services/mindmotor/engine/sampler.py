@@ -1,0 +1,91 @@
+"""`Sampler`: logits → next tokens, one row per sequence.
+
+Penalties (presence/frequency over the tokens generated so far, as OpenAI defines them), min_tokens
+(stop tokens masked until enough are out), then greedy, or temperature → top-k → top-p → a draw from
+the sequence's own generator (seeded per request, so a seed reproduces regardless of the batch).
+Logprobs are those of the model's raw distribution, as OpenAI reports them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .sequence import Sequence
+
+
+@dataclass
+class TokenLogprob:
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]]  # (token id, logprob), most likely first
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+class Sampler:
+    def __init__(self, eos_token_ids: tuple[int, ...] = ()):
+        self.eos_token_ids = tuple(eos_token_ids)
+
+    def __call__(self, logits: np.ndarray, seqs: list[Sequence]) -> tuple[list[int], list[TokenLogprob | None]]:
+        """logits: [num_seqs, vocab] float32 → a token and (when asked) its logprobs per sequence."""
+        raw = logits
+        logits = self._apply_penalties_and_masks(logits, seqs)
+        tokens = np.empty(len(seqs), dtype=np.int64)
+        greedy = np.array([s.params.greedy for s in seqs])
+        if greedy.any():
+            tokens[greedy] = logits[greedy].argmax(axis=-1)
+        for i in np.flatnonzero(~greedy):
+            tokens[i] = self._sample_row(logits[i], seqs[i])
+        logprobs = [self._logprobs(raw[i], int(tokens[i]), s.params.logprobs)
+                    if s.params.logprobs is not None else None for i, s in enumerate(seqs)]
+        return tokens.tolist(), logprobs
+
+    def _apply_penalties_and_masks(self, logits: np.ndarray, seqs: list[Sequence]) -> np.ndarray:
+        copied = False
+        for i, seq in enumerate(seqs):
+            p = seq.params
+            penalize = (p.presence_penalty or p.frequency_penalty) and seq.output_token_ids
+            mask_stops = seq.num_output_tokens < p.min_tokens
+            if not (penalize or mask_stops):
+                continue
+            if not copied:
+                logits, copied = logits.copy(), True
+            if penalize:
+                ids, counts = np.unique(np.asarray(seq.output_token_ids), return_counts=True)
+                logits[i, ids] -= p.frequency_penalty * counts + p.presence_penalty
+            if mask_stops:
+                stop_ids = list(p.stop_token_ids) + ([] if p.ignore_eos else list(self.eos_token_ids))
+                if stop_ids:
+                    logits[i, stop_ids] = -np.inf
+        return logits
+
+    def _sample_row(self, row: np.ndarray, seq: Sequence) -> int:
+        p = seq.params
+        row = row.astype(np.float64) / p.temperature
+        candidates = np.arange(row.shape[0])
+        if 0 < p.top_k < row.shape[0]:
+            candidates = np.argpartition(-row, p.top_k - 1)[:p.top_k]
+            row = row[candidates]
+        probs = np.exp(row - row.max())
+        probs /= probs.sum()
+        if p.top_p < 1.0:
+            order = np.argsort(-probs, kind="stable")
+            cumulative = np.cumsum(probs[order])
+            keep = order[: int(np.searchsorted(cumulative, p.top_p) + 1)]
+            candidates, probs = candidates[keep], probs[keep] / probs[keep].sum()
+        return int(candidates[seq.rng.choice(len(probs), p=probs)])
+
+    @staticmethod
+    def _logprobs(raw_row: np.ndarray, token: int, num_top: int) -> TokenLogprob:
+        lp = log_softmax(raw_row.astype(np.float64))
+        top: list[tuple[int, float]] = []
+        if num_top:
+            idx = np.argpartition(-lp, num_top - 1)[:num_top]
+            idx = idx[np.argsort(-lp[idx], kind="stable")]
+            top = [(int(t), float(lp[t])) for t in idx]
+        return TokenLogprob(token_id=token, logprob=float(lp[token]), top=top)

@@ -1,0 +1,80 @@
+"""`Sequence`: one request inside the engine — its tokens, how many of them are in the KV cache,
+its blocks, and its place in the queue."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .sampling_params import SamplingParams
+
+
+class SequenceStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED_STOPPED = "stop"        # EOS, a stop token id or a stop string
+    FINISHED_LENGTH = "length"       # max_tokens or the model's context
+    FINISHED_ABORTED = "abort"
+
+    @property
+    def finished(self) -> bool:
+        return self in (SequenceStatus.FINISHED_STOPPED, SequenceStatus.FINISHED_LENGTH,
+                        SequenceStatus.FINISHED_ABORTED)
+
+
+@dataclass
+class Sequence:
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    arrival_time: float
+    priority: int = 0                      # lower runs first; FCFS within a priority
+    status: SequenceStatus = SequenceStatus.WAITING
+    output_token_ids: list[int] = field(default_factory=list)
+    num_computed_tokens: int = 0           # tokens whose K/V are in the cache
+    num_cached_tokens: int = 0             # of the prompt, found in the prefix cache at admission
+    block_table: list[int] = field(default_factory=list)
+    block_hashes: list[bytes] = field(default_factory=list)  # of the full blocks, in order
+    num_preemptions: int = 0
+    max_total_tokens: int = 0              # prompt + output may not exceed this (model context)
+    stop_reason: int | str | None = None
+    rng: np.random.Generator | None = None
+    first_token_time: float | None = None
+    output_text: str = ""
+    logprobs: list = field(default_factory=list)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.output_token_ids)
+
+    @property
+    def all_token_ids(self) -> list[int]:
+        return self.prompt_token_ids + self.output_token_ids
+
+    @property
+    def sort_key(self) -> tuple[int, float]:
+        """Who runs first (smallest) and who is preempted first (largest)."""
+        return (self.priority, self.arrival_time)
+
+    def __lt__(self, other: "Sequence") -> bool:
+        return self.sort_key < other.sort_key
+
+
+def token_slice(seq: Sequence, start: int, end: int) -> list[int]:
+    """seq.all_token_ids[start:end] without building the whole list."""
+    n_prompt = len(seq.prompt_token_ids)
+    if start >= n_prompt:
+        return seq.output_token_ids[start - n_prompt:end - n_prompt]
+    if end <= n_prompt:
+        return seq.prompt_token_ids[start:end]
+    return seq.prompt_token_ids[start:] + seq.output_token_ids[:end - n_prompt]

@@ -1,0 +1,101 @@
+"""Attention over the paged KV cache, with explicit `AttentionMetadata` (never a global).
+
+A step's tokens are laid out flat: first one token for each decoding sequence, then the new tokens
+of each prefill chunk. Decodes are computed together (one gather of their blocks); each prefill chunk
+attends to its cached prefix plus itself, causally.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .kv_cache import PagedKVCache
+
+
+@dataclass
+class AttentionMetadata:
+    slot_mapping: np.ndarray     # [num_tokens] int64: block_id·block_size + offset where each new K/V goes
+    query_start_loc: np.ndarray  # [num_seqs + 1] int64: where each sequence's tokens start in the step
+    context_lens: np.ndarray     # [num_seqs] int64: tokens in the cache after this step, new ones included
+    block_tables: np.ndarray     # [num_seqs, max_blocks] int64, padded with 0
+    num_decodes: int             # the first num_decodes sequences have exactly one new token
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.context_lens)
+
+
+def write_kv(cache: PagedKVCache, layer: int, slots: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
+    """k, v: [num_tokens, n_kv_heads, head_dim] into their slots."""
+    flat_shape = (-1, cache.num_kv_heads, cache.head_dim)
+    cache.k[layer].reshape(flat_shape)[slots] = k
+    cache.v[layer].reshape(flat_shape)[slots] = v
+
+
+def paged_attention(q: np.ndarray, cache: PagedKVCache, layer: int, meta: AttentionMetadata) -> np.ndarray:
+    """q: [num_tokens, n_heads, head_dim] → [num_tokens, n_heads, head_dim]; K/V already written."""
+    out = np.empty_like(q)
+    nd = meta.num_decodes
+    if nd:
+        out[:nd] = _decode_attention(q[:nd], cache, layer, meta.block_tables[:nd], meta.context_lens[:nd])
+    for s in range(nd, meta.num_seqs):
+        start, end = meta.query_start_loc[s], meta.query_start_loc[s + 1]
+        out[start:end] = _prefill_attention(q[start:end], cache, layer, meta.block_tables[s],
+                                            int(meta.context_lens[s]))
+    return out
+
+
+def _gather(cache: PagedKVCache, layer: int, block_table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """[..., num_blocks] block ids → K, V of [..., num_blocks·block_size, n_kv, head_dim]."""
+    k = cache.k[layer][block_table]
+    v = cache.v[layer][block_table]
+    shape = block_table.shape[:-1] + (-1, cache.num_kv_heads, cache.head_dim)
+    return k.reshape(shape), v.reshape(shape)
+
+
+def _decode_attention(q, cache, layer, block_tables, context_lens):
+    num_seqs, n_heads, head_dim = q.shape
+    n_kv = cache.num_kv_heads
+    max_blocks = -(-int(context_lens.max()) // cache.block_size)
+    k, v = _gather(cache, layer, block_tables[:, :max_blocks])    # [B, T, n_kv, hd]
+    qg = q.reshape(num_seqs, n_kv, n_heads // n_kv, head_dim)     # [B, n_kv, group, hd]
+    scores = qg @ k.transpose(0, 2, 3, 1)                          # [B, n_kv, group, T]
+    scores *= 1.0 / np.sqrt(head_dim)
+    beyond = np.arange(k.shape[1])[None, :] >= context_lens[:, None]      # [B, T]
+    scores += np.where(beyond, -np.inf, 0.0).astype(scores.dtype)[:, None, None, :]
+    probs = _softmax(scores)
+    out = probs @ v.transpose(0, 2, 1, 3)                          # [B, n_kv, group, hd]
+    return out.reshape(num_seqs, n_heads, head_dim)
+
+
+def _prefill_attention(q, cache, layer, block_table, context_len):
+    num_new, n_heads, head_dim = q.shape
+    n_kv = cache.num_kv_heads
+    num_blocks = -(-context_len // cache.block_size)
+    k, v = _gather(cache, layer, block_table[:num_blocks])
+    k, v = k[:context_len], v[:context_len]                        # [T, n_kv, hd]
+    return causal_attention(q, k, v, n_kv)
+
+
+def causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, n_kv: int) -> np.ndarray:
+    """q: [Q, n_heads, hd] are the last Q of the T positions in k, v: [T, n_kv, hd]."""
+    num_q, n_heads, head_dim = q.shape
+    total = k.shape[0]
+    group = n_heads // n_kv
+    qg = q.reshape(num_q, n_kv, group, head_dim).transpose(1, 2, 0, 3)  # [n_kv, group, Q, hd]
+    scores = qg @ k.transpose(1, 2, 0)[:, None]                          # [n_kv, group, Q, T]
+    scores *= 1.0 / np.sqrt(head_dim)
+    query_pos = np.arange(total - num_q, total)
+    scores[..., np.arange(total)[None, :] > query_pos[:, None]] = -np.inf
+    probs = _softmax(scores)
+    out = probs @ v.transpose(1, 0, 2)[:, None]                          # [n_kv, group, Q, hd]
+    return out.transpose(2, 0, 1, 3).reshape(num_q, n_heads, head_dim)
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    x = x - x.max(axis=-1, keepdims=True)
+    np.exp(x, out=x)
+    x /= x.sum(axis=-1, keepdims=True)
+    return x
