@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
-            if exc.name == name:
+            if exc.name and name.startswith(exc.name):  # the area is not built (yet)
                 continue
             raise
         module.register(subparsers)

@@ -25,10 +25,13 @@ class BlockManager:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
-        self.ref_counts = [0] * num_blocks
-        self.block_hash: list[bytes | None] = [None] * num_blocks
+        # Blocks [0, watermark) have been handed out at least once; those above it are free and
+        # untouched, so bookkeeping (like the host KV storage) grows with use, not with capacity.
+        self.watermark = 0
+        self.ref_counts: list[int] = []                   # [watermark]
+        self.block_hash: list[bytes | None] = []          # [watermark]
         self.hash_to_block: dict[bytes, int] = {}
-        self._free_ids = list(range(num_blocks))          # min-heap: low ids first keeps the pool compact
+        self._free_ids: list[int] = []                    # min-heap of released ids below the watermark
         self._evictable: OrderedDict[int, None] = OrderedDict()  # cached, unreferenced; oldest first
         self._num_hashed: dict[str, int] = {}             # request id → its blocks already registered
         self.prefix_queries = 0                           # prompt tokens looked up
@@ -37,7 +40,7 @@ class BlockManager:
     # ---- what the scheduler sees ------------------------------------------------------------
     @property
     def num_free_blocks(self) -> int:
-        return len(self._free_ids) + len(self._evictable)
+        return self.num_blocks - self.watermark + len(self._free_ids) + len(self._evictable)
 
     @property
     def usage(self) -> float:
@@ -130,8 +133,13 @@ class BlockManager:
 
     # ---- internals --------------------------------------------------------------------------
     def _pop_free(self) -> int:
-        if self._free_ids:
+        if self._free_ids:                                # low ids first keeps the pool compact
             return heapq.heappop(self._free_ids)
+        if self.watermark < self.num_blocks:
+            self.ref_counts.append(0)
+            self.block_hash.append(None)
+            self.watermark += 1
+            return self.watermark - 1
         block, _ = self._evictable.popitem(last=False)    # least recently used cached block
         self._uncache(block)
         return block
@@ -151,14 +159,18 @@ class BlockManager:
         assert not free & evictable, "a block is both free and cached-evictable"
         used = {b for b, r in enumerate(self.ref_counts) if r > 0}
         assert all(r >= 0 for r in self.ref_counts), "negative reference count"
-        assert len(used) + len(free) + len(evictable) == self.num_blocks, (
-            f"free {len(free)} + evictable {len(evictable)} + used {len(used)} != {self.num_blocks}")
+        assert len(self.ref_counts) == len(self.block_hash) == self.watermark <= self.num_blocks
+        assert all(b < self.watermark for b in free | evictable), "a free block is above the watermark"
+        assert len(used) + len(free) + len(evictable) == self.watermark, (
+            f"free {len(free)} + evictable {len(evictable)} + used {len(used)} != {self.watermark} "
+            f"blocks handed out")
+        assert self.num_free_blocks + len(used) == self.num_blocks
         assert all(self.block_hash[b] is None for b in free), "a free-list block still has a hash"
         assert all(self.block_hash[b] is not None for b in evictable), "an evictable block has no hash"
         for h, b in self.hash_to_block.items():
             assert self.block_hash[b] == h, f"cache index points block {b} at the wrong hash"
         if sequences is not None:
-            expected = [0] * self.num_blocks
+            expected = [0] * self.watermark
             for seq in sequences:
                 for b in seq.block_table:
                     expected[b] += 1

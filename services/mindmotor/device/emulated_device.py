@@ -1,0 +1,43 @@
+"""One emulated NPU: memory plan, step cost, pacing and telemetry behind one object.
+
+The engine calls `run_step(shape, host_started_at)` after computing a step on the host; the
+device prices the step, holds it (realtime) until the card would have finished, and records
+it for `npu-smi`.
+"""
+
+from __future__ import annotations
+
+from mindmotor.device.cost_model import CostModel, StepCost, StepShape
+from mindmotor.device.hbm import plan_kv_cache
+from mindmotor.device.profiles import ModelProfile, get_profile
+from mindmotor.device.specs import get_device_spec
+from mindmotor.device.telemetry import DeviceTelemetry
+from mindmotor.device.timing import StepPacer
+
+
+class EmulatedDevice:
+    def __init__(self, spec_name: str = "910B3", profile: ModelProfile | str | None = None,
+                 block_size: int = 16, memory_fraction: float = 0.8, timing: str = "virtual",
+                 max_num_batched_tokens: int = 8192, device_id: int = 0) -> None:
+        if profile is None:
+            raise ValueError("EmulatedDevice needs a model profile (a ModelProfile or a name)")
+        self.device_id = device_id
+        self.spec = get_device_spec(spec_name)
+        self.profile = get_profile(profile) if isinstance(profile, str) else profile
+        self.allocator, self.kv_plan = plan_kv_cache(
+            self.spec, self.profile, block_size=block_size, memory_fraction=memory_fraction,
+            max_num_batched_tokens=max_num_batched_tokens)
+        self.cost_model = CostModel(self.spec, self.profile)
+        self.pacer = StepPacer(timing)
+        self.telemetry = DeviceTelemetry(self.spec, self.allocator, device_id=device_id)
+
+    def run_step(self, shape: StepShape, host_started_at: float) -> StepCost:
+        cost = self.cost_model.step(shape)
+        if cost.num_kernels == 0:            # nothing scheduled: the card stays idle
+            return cost
+        self.pacer.pace(host_started_at, cost.seconds)
+        self.telemetry.record_step(cost.seconds)
+        return cost
+
+    def snapshot(self) -> dict:
+        return self.telemetry.snapshot()

@@ -1,0 +1,37 @@
+"""Pacing engine steps to the emulated card's clock.
+
+`realtime`: a step does not finish before its emulated duration, so clients see the latency
+the card would give. `virtual`: nothing waits; emulated time is only accounted. Both report
+lag = how far the host's own work overran the emulated duration (the host was the bottleneck).
+"""
+
+from __future__ import annotations
+
+import time
+
+MODES = ("realtime", "virtual")
+
+
+class StepPacer:
+    def __init__(self, mode: str = "virtual") -> None:
+        if mode not in MODES:
+            raise ValueError(f"unknown timing mode {mode!r}; valid: {', '.join(MODES)}")
+        self.mode = mode
+        self.emulated_time_s = 0.0   # sum of emulated step durations
+        self.host_time_s = 0.0       # sum of host time spent before pacing (model + scheduling)
+        self.lag_time_s = 0.0        # sum of max(0, host - emulated)
+        self.steps = 0
+
+    def pace(self, host_started_at: float, emulated_seconds: float) -> float:
+        """Wait (realtime) until host_started_at + emulated_seconds (time.monotonic); return lag."""
+        host_elapsed = time.monotonic() - host_started_at
+        lag = max(0.0, host_elapsed - emulated_seconds)
+        if self.mode == "realtime":
+            deadline = host_started_at + emulated_seconds
+            while (remaining := deadline - time.monotonic()) > 0:
+                time.sleep(remaining)
+        self.emulated_time_s += emulated_seconds
+        self.host_time_s += host_elapsed
+        self.lag_time_s += lag
+        self.steps += 1
+        return lag
