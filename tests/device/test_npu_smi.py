@@ -48,8 +48,9 @@ def test_cli_status_json(tmp_path, capsys):
 def test_cli_without_a_source_is_a_usage_error(capsys):
     args = _parse(["npu-smi"])
     assert args.func(args) == 2
-    args = _parse(["npu-smi", "--worker", "localhost:50051"])
-    assert args.func(args) == 2
+    args = _parse(["npu-smi", "--worker", "127.0.0.1:1"])   # nothing listens there
+    assert args.func(args) == 1
+    assert "cannot read the status" in capsys.readouterr().err
 
 
 def _metrics_text() -> bytes:

@@ -3,7 +3,7 @@
 Sources of device status (one per invocation):
   --status-json FILE|-   telemetry snapshots as JSON: a list, {"devices": [...]}, or one dict
   --metrics-url URL      a worker's Prometheus side port (repeatable)
-  --worker HOST:PORT     a worker's gRPC Status call (not wired yet)
+  --worker HOST:PORT     a worker's gRPC Status call
 
 Nothing heavy is imported at module import time; the handlers import what they need.
 """
@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source.add_argument("--metrics-url", metavar="URL", action="append",
                         help="scrape a worker's Prometheus /metrics (repeatable)")
     source.add_argument("--worker", metavar="HOST:PORT", action="append",
-                        help="ask a worker's gRPC Status (repeatable; not available yet)")
+                        help="ask a worker's gRPC Status (repeatable)")
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds per HTTP request")
     parser.set_defaults(func=run_npu_smi)
 
@@ -47,9 +47,10 @@ def run_npu_smi(args: argparse.Namespace) -> int:
             for url in args.metrics_url:
                 snapshots += snapshots_from_metrics(fetch_text(url, args.timeout))
         elif args.worker:
-            print("npu-smi: --worker needs the worker Status RPC, which is not wired yet; "
-                  "use --metrics-url or --status-json", file=sys.stderr)
-            return 2
+            from mindmotor.worker.client import fetch_status
+
+            snapshots = [dict(fetch_status(address, args.timeout), npu_id=i)
+                         for i, address in enumerate(args.worker)]
         else:
             print("npu-smi: give --status-json, --metrics-url or --worker", file=sys.stderr)
             return 2

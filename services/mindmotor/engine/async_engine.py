@@ -61,10 +61,11 @@ class AsyncLLMEngine:
         """Requests accepted and not yet finished."""
         return len(self._streams) + len(self._new)
 
-    async def generate(self, request_id: str, prompt: str | Seq[int], params: SamplingParams,
-                       priority: int = 0) -> AsyncIterator[RequestOutput]:
-        """Stream the request's outputs. Raises `RequestError` at once for bad input. Closing the
-        iterator early (the client went away) aborts the request and frees its blocks."""
+    def generate(self, request_id: str, prompt: str | Seq[int], params: SamplingParams,
+                 priority: int = 0) -> AsyncIterator[RequestOutput]:
+        """Validate now (raising `RequestError` at once for bad input), then return the stream of
+        the request's outputs. Closing the stream early (the client went away) aborts the request
+        and frees its blocks."""
         if self._error is not None:
             raise EngineDeadError(f"the engine stopped: {self._error!r}")
         validated = self.engine.validate(prompt, params)
@@ -75,6 +76,9 @@ class AsyncLLMEngine:
         self._streams[request_id] = pending
         self._new.append(pending)
         self._wake.set()
+        return self._stream(pending)
+
+    async def _stream(self, pending: _Pending) -> AsyncIterator[RequestOutput]:
         finished = False
         try:
             while not finished:
@@ -85,7 +89,7 @@ class AsyncLLMEngine:
                 yield out
         finally:
             if not finished:
-                self.abort(request_id)
+                self.abort(pending.request_id)
 
     def abort(self, request_id: str) -> None:
         self._aborts.append(request_id)
@@ -119,9 +123,13 @@ class AsyncLLMEngine:
         except BaseException as exc:  # the engine is broken: fail every stream rather than hang
             log.exception("engine thread failed")
             self._error = exc
-            for pending in list(self._streams.values()):
-                pending.loop.call_soon_threadsafe(pending.queue.put_nowait, exc)
-            self._streams.clear()
+        self._error = self._error or EngineDeadError("the engine was shut down")
+        for pending in list(self._streams.values()):   # nobody may wait on a stopped engine
+            try:
+                pending.loop.call_soon_threadsafe(pending.queue.put_nowait, self._error)
+            except RuntimeError:                        # that event loop is already closed
+                pass
+        self._streams.clear()
 
     def _take_new_and_aborts(self) -> None:
         engine = self.engine

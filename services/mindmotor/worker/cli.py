@@ -1,0 +1,84 @@
+"""`mindmotor worker`: serve one model on one emulated NPU over gRPC.
+
+    mindmotor worker --model DIR --port 50051 --device 910B3 --emulate qwen2-7b --timing realtime
+
+With `--port 0` (or `--metrics-port 0`) a free port is picked; either way the worker prints
+`MINDMOTOR_WORKER_READY port=N metrics_port=M` on stdout once it serves. Logs are JSON lines on
+stderr. Nothing heavy is imported until the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("worker", help="serve a model over gRPC on an emulated NPU",
+                                   description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    parser.set_defaults(func=run_worker)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    net = parser.add_argument_group("serving")
+    net.add_argument("--host", default="0.0.0.0", help="address to listen on (default: %(default)s)")
+    net.add_argument("--port", type=int, default=50051, help="gRPC port; 0 picks a free one (default: %(default)s)")
+    net.add_argument("--metrics-port", type=int, default=0,
+                     help="Prometheus /metrics port; 0 picks a free one (default: %(default)s)")
+    net.add_argument("--worker-id", default=None, help="name in logs and Status (default: HOST-PID)")
+    net.add_argument("--drain-timeout", type=float, default=30.0,
+                     help="seconds SIGTERM waits for in-flight requests (default: %(default)s)")
+    net.add_argument("--log-level", default="INFO", help="(default: %(default)s)")
+
+    eng = parser.add_argument_group("engine")
+    eng.add_argument("--model", default=None, help="checkpoint directory (default: the bundled demo model)")
+    eng.add_argument("--device", default="910B3", help="emulated device (default: %(default)s)")
+    eng.add_argument("--emulate", default=None, metavar="PROFILE",
+                     help="emulated model profile, e.g. qwen2-7b (default: the served model's shape)")
+    eng.add_argument("--tp", type=int, default=1, help="tensor parallel degree of the profile (default: 1)")
+    eng.add_argument("--timing", choices=("realtime", "virtual"), default="realtime",
+                     help="realtime: steps take the emulated time; virtual: no waiting (default: %(default)s)")
+    eng.add_argument("--memory-fraction", type=float, default=0.8, help="of HBM (default: %(default)s)")
+    eng.add_argument("--block-size", type=int, default=16, help="tokens per KV block (default: %(default)s)")
+    eng.add_argument("--num-blocks", type=int, default=None, help="KV pool size (default: from the device plan)")
+    eng.add_argument("--max-num-seqs", type=int, default=256, help="(default: %(default)s)")
+    eng.add_argument("--max-num-batched-tokens", type=int, default=8192, help="(default: %(default)s)")
+    eng.add_argument("--max-model-len", type=int, default=None, help="(default: the model's context)")
+    eng.add_argument("--no-prefix-caching", action="store_true", help="disable prefix caching")
+    eng.add_argument("--no-chunked-prefill", action="store_true", help="disable chunked prefill")
+    eng.add_argument("--seed", type=int, default=0, help="for requests without a seed (default: 0)")
+
+
+def config_from_args(args: argparse.Namespace):
+    """ValueError for inconsistent values."""
+    from mindmotor.engine.config import EngineConfig
+
+    from .config import WorkerConfig, default_worker_id
+
+    engine = EngineConfig(
+        model=args.model, device=args.device, emulate=args.emulate, tensor_parallel=args.tp,
+        timing=args.timing, memory_fraction=args.memory_fraction, block_size=args.block_size,
+        num_blocks=args.num_blocks, max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=args.max_model_len,
+        enable_prefix_caching=not args.no_prefix_caching,
+        enable_chunked_prefill=not args.no_chunked_prefill, seed=args.seed)
+    return WorkerConfig(engine=engine, host=args.host, port=args.port, metrics_port=args.metrics_port,
+                        worker_id=args.worker_id or default_worker_id(), drain_timeout_s=args.drain_timeout)
+
+
+def run_worker(args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+
+    from mindmotor.common.logging import setup_logging
+
+    setup_logging("worker", args.log_level)
+    log = logging.getLogger("mindmotor.worker")
+    try:
+        config = config_from_args(args)
+        from .server import serve
+
+        return asyncio.run(serve(config))
+    except (ValueError, OSError, MemoryError, RuntimeError) as exc:   # bad flags, model, port, HBM
+        log.error("worker failed", extra={"error": f"{type(exc).__name__}: {exc}"})
+        return 1

@@ -1,0 +1,37 @@
+"""`WorkerConfig`: where a worker listens, who it is, how long it drains; plus its engine's config."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+
+from mindmotor.engine.config import EngineConfig
+
+READY_PREFIX = "MINDMOTOR_WORKER_READY"
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    host: str = "0.0.0.0"
+    port: int = 50051                 # gRPC; 0: pick a free port (see the ready line)
+    metrics_port: int = 0             # Prometheus /metrics; 0: pick a free port
+    worker_id: str = field(default_factory=default_worker_id)
+    drain_timeout_s: float = 30.0     # SIGTERM: longest wait for in-flight requests
+    role: str = "mixed"
+
+    def __post_init__(self):
+        if not 0 <= self.port <= 65535 or not 0 <= self.metrics_port <= 65535:
+            raise ValueError(f"ports must be in [0, 65535], got {self.port} and {self.metrics_port}")
+        if self.drain_timeout_s < 0:
+            raise ValueError(f"drain timeout must be at least 0, got {self.drain_timeout_s}")
+
+
+def ready_line(port: int, metrics_port: int) -> str:
+    """The one line a worker prints on stdout when it serves (launchers and tests wait for it)."""
+    return f"{READY_PREFIX} port={port} metrics_port={metrics_port}"

@@ -1,0 +1,71 @@
+"""Between the wire (worker.proto) and the engine's types. Pure functions, no I/O."""
+
+from __future__ import annotations
+
+from mindmotor.engine.output import RequestOutput
+from mindmotor.engine.sampling_params import SamplingParams
+from mindmotor.protocol import worker_pb2 as pb
+
+
+def prompt_from_request(request: pb.GenerateRequest) -> str | list[int]:
+    """The prompt text or token ids; ValueError when the request carries neither."""
+    kind = request.WhichOneof("prompt")
+    if kind == "prompt_text":
+        return request.prompt_text
+    if kind == "prompt_token_ids":
+        return list(request.prompt_token_ids.ids)
+    raise ValueError("the request has no prompt: set prompt_text or prompt_token_ids")
+
+
+def sampling_params_from_proto(p: pb.SamplingParams) -> SamplingParams:
+    """Unset optional fields keep the engine's defaults, except max_tokens: unset means up to the
+    model's context (the caller applies its API's default). ValueError (the engine's message)
+    for out-of-range values."""
+    optional = {name: getattr(p, name) for name in ("temperature", "top_p", "seed", "logprobs")
+                if p.HasField(name)}
+    return SamplingParams(
+        max_tokens=p.max_tokens if p.HasField("max_tokens") else None, top_k=p.top_k, stop=list(p.stop), stop_token_ids=list(p.stop_token_ids),
+        ignore_eos=p.ignore_eos, min_tokens=p.min_tokens, presence_penalty=p.presence_penalty,
+        frequency_penalty=p.frequency_penalty, include_stop_str_in_output=p.include_stop_str_in_output,
+        **optional)
+
+
+def response_from_output(out: RequestOutput) -> pb.GenerateResponse:
+    response = pb.GenerateResponse(
+        request_id=out.request_id, token_ids=out.new_token_ids, text=out.new_text,
+        logprobs=[_token_logprob(lp) for lp in out.new_logprobs])
+    if not out.finished:
+        return response
+    response.finish_reason = out.finish_reason or ""
+    if isinstance(out.stop_reason, str):
+        response.stop_string = out.stop_reason
+    elif out.stop_reason is not None:
+        response.stop_token_id = int(out.stop_reason)
+    response.usage.CopyFrom(pb.Usage(prompt_tokens=out.num_prompt_tokens,
+                                     completion_tokens=out.num_output_tokens,
+                                     cached_tokens=out.num_cached_tokens))
+    return response
+
+
+def _token_logprob(lp) -> pb.TokenLogprob:
+    return pb.TokenLogprob(token_id=lp.token_id, logprob=lp.logprob,
+                           top=[pb.TopLogprob(token_id=t, logprob=v) for t, v in lp.top])
+
+
+def load_from_stats(stats, in_flight: int) -> pb.Load:
+    return pb.Load(
+        running=stats.num_running, waiting=stats.num_waiting, in_flight=in_flight,
+        kv_usage=stats.kv_usage, num_blocks=stats.num_blocks, num_free_blocks=stats.num_free_blocks,
+        prefix_hit_rate=stats.prefix_hit_rate, num_preemptions=stats.num_preemptions,
+        prompt_tokens=stats.prompt_tokens, generation_tokens=stats.generation_tokens, steps=stats.steps,
+        emulated_time_s=stats.emulated_time_s, host_time_s=stats.host_time_s,
+        lag_time_s=stats.lag_time_s)
+
+
+def device_status_from_snapshot(snap: dict) -> pb.DeviceStatus:
+    return pb.DeviceStatus(
+        device=str(snap.get("device", "")), npu_id=int(snap.get("npu_id", 0)),
+        utilization=float(snap.get("utilization", 0.0)), hbm_used_bytes=int(snap.get("hbm_used_bytes", 0)),
+        hbm_total_bytes=int(snap.get("hbm_total_bytes", 0)), power_w=float(snap.get("power_w", 0.0)),
+        temperature_c=float(snap.get("temperature_c", 0.0)),
+        aicore_freq_mhz=int(snap.get("aicore_freq_mhz") or 0), health=str(snap.get("health", "")))

@@ -1,0 +1,127 @@
+"""Prometheus metrics of one worker, served on its side port.
+
+Engine load and device telemetry are read at scrape time by `EngineCollector`, so every scrape
+sees current numbers; latencies (TTFT, TPOT) and finished requests are recorded by the Generate
+handler through `RequestTimer`, measured at the worker (the client sees these plus the network).
+"""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0)
+TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0)
+
+# device snapshot key -> (metric name, help); every sample is labelled `device`.
+NPU_GAUGES = {
+    "utilization": ("mindmotor_npu_utilization_percent", "Emulated AI-core utilization over the last second"),
+    "hbm_used_bytes": ("mindmotor_npu_hbm_used_bytes", "Emulated HBM allocated (weights, KV pool, workspace)"),
+    "hbm_total_bytes": ("mindmotor_npu_hbm_total_bytes", "Emulated HBM capacity"),
+    "power_w": ("mindmotor_npu_power_watts", "Emulated board power"),
+    "temperature_c": ("mindmotor_npu_temperature_celsius", "Emulated chip temperature"),
+}
+
+
+class EngineCollector(Collector):
+    """Engine load and device telemetry, read from the engine at each scrape."""
+
+    def __init__(self, engine, admission):
+        self.engine = engine
+        self.admission = admission
+
+    def collect(self):
+        stats = self.engine.stats()
+        yield _gauge("mindmotor_num_requests_running", "Requests being computed", stats.num_running)
+        yield _gauge("mindmotor_num_requests_waiting", "Requests queued for their first step", stats.num_waiting)
+        yield _gauge("mindmotor_num_requests_in_flight", "Generate calls not yet finished",
+                     len(self.admission.in_flight))
+        yield _gauge("mindmotor_worker_draining", "1 while the worker refuses new requests",
+                     0 if self.admission.accepting else 1)
+        yield _gauge("mindmotor_kv_cache_usage_ratio", "Fraction of KV blocks referenced by requests",
+                     stats.kv_usage)
+        yield _gauge("mindmotor_kv_cache_blocks", "KV blocks in the pool", stats.num_blocks)
+        yield _gauge("mindmotor_prefix_cache_hit_rate", "Prefix-cache block hits over queries",
+                     stats.prefix_hit_rate)
+        yield _counter("mindmotor_num_preemptions", "Sequences preempted for KV blocks", stats.num_preemptions)
+        yield _counter("mindmotor_prompt_tokens", "Prompt tokens computed (cache hits excluded)",
+                       stats.prompt_tokens)
+        yield _counter("mindmotor_generation_tokens", "Tokens generated", stats.generation_tokens)
+        yield _counter("mindmotor_engine_steps", "Engine steps run", stats.steps)
+        yield _counter("mindmotor_emulated_busy_seconds", "Emulated device time of all steps",
+                       stats.emulated_time_s)
+        yield _counter("mindmotor_host_lag_seconds", "Host time beyond the emulated time (host-bound steps)",
+                       stats.lag_time_s)
+        yield from _npu_gauges(self.engine.device_snapshot())
+
+
+def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, value=value)
+
+
+def _counter(name: str, documentation: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(name, documentation, value=value)
+
+
+def _npu_gauges(snapshot: dict):
+    for key, (name, documentation) in NPU_GAUGES.items():
+        family = GaugeMetricFamily(name, documentation, labels=["device"])
+        family.add_metric([str(snapshot.get("device", ""))], float(snapshot.get(key, 0.0)))
+        yield family
+
+
+class WorkerMetrics:
+    """The worker's registry: the scrape-time collector plus per-request latencies and outcomes."""
+
+    def __init__(self, engine, admission):
+        self.registry = CollectorRegistry()
+        self.registry.register(EngineCollector(engine, admission))
+        self.ttft = Histogram("mindmotor_time_to_first_token_seconds",
+                              "From Generate start to the first token, at the worker",
+                              buckets=TTFT_BUCKETS, registry=self.registry)
+        self.tpot = Histogram("mindmotor_time_per_output_token_seconds",
+                              "Between consecutive tokens of one request, at the worker",
+                              buckets=TPOT_BUCKETS, registry=self.registry)
+        self.requests = Counter("mindmotor_requests", "Finished Generate calls by finish reason",
+                                ["finish_reason"], registry=self.registry)
+
+    def request_timer(self) -> "RequestTimer":
+        return RequestTimer(self)
+
+    def serve(self, host: str, port: int):
+        """Start the /metrics HTTP server on a daemon thread; returns (server, bound port)."""
+        server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        return server, server.server_port
+
+
+class RequestTimer:
+    """TTFT and TPOT of one Generate call."""
+
+    def __init__(self, metrics: WorkerMetrics):
+        self.metrics = metrics
+        self.started = time.monotonic()
+        self.ttft_s: float | None = None
+        self._last_token_at: float | None = None
+
+    def on_tokens(self, count: int) -> None:
+        if count == 0:
+            return
+        now = time.monotonic()
+        if self._last_token_at is None:
+            self.ttft_s = now - self.started
+            self.metrics.ttft.observe(self.ttft_s)
+        else:
+            gap = (now - self._last_token_at) / count
+            for _ in range(count):
+                self.metrics.tpot.observe(gap)
+        self._last_token_at = now
+
+    def on_finish(self, finish_reason: str) -> None:
+        self.metrics.requests.labels(finish_reason=finish_reason).inc()
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.started

@@ -1,0 +1,110 @@
+"""Run one worker: load the engine, serve gRPC (Worker + health) and /metrics, drain on SIGTERM.
+
+Lifecycle: load → serve (health SERVING, ready line on stdout) → SIGTERM or SIGINT → drain
+(health NOT_SERVING, Generate answers UNAVAILABLE, in-flight requests finish, bounded by the drain
+timeout; a second signal cuts it short) → stop the server, the metrics port and the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+
+from mindmotor.engine.async_engine import AsyncLLMEngine
+from mindmotor.protocol import worker_pb2, worker_pb2_grpc
+
+from .admission import Admission
+from .config import WorkerConfig, ready_line
+from .metrics import WorkerMetrics
+from .service import WorkerService
+
+log = logging.getLogger("mindmotor.worker")
+
+WORKER_SERVICE_NAME = worker_pb2.DESCRIPTOR.services_by_name["Worker"].full_name  # "mindmotor.v1.Worker"
+STOP_GRACE_S = 1.0     # after the drain: time for the last responses (or aborts) to flush
+
+
+async def serve(config: WorkerConfig) -> int:
+    engine = AsyncLLMEngine(config.engine)
+    admission = Admission()
+    metrics = WorkerMetrics(engine, admission)
+    service = WorkerService(engine, admission, metrics, config.worker_id, config.role)
+    health = HealthServicer()
+    server = grpc.aio.server()
+    worker_pb2_grpc.add_WorkerServicer_to_server(service, server)
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    port = server.add_insecure_port(f"{config.host}:{config.port}")
+    await server.start()
+    metrics_http, metrics_port = metrics.serve(config.host, config.metrics_port)
+    signals = ShutdownSignals(asyncio.get_running_loop())
+    admission.on_drain(lambda: set_health(health, serving=False))
+    await set_health(health, serving=True)
+    announce_ready(config, port, metrics_port, service)
+
+    await signals.drain.wait()
+    log.info("draining", extra={"in_flight": len(admission.in_flight), "timeout_s": config.drain_timeout_s})
+    await admission.start_drain()
+    drained = await wait_drained(admission, config.drain_timeout_s, signals.now)
+    if not drained:
+        await abort_in_flight(engine, admission)
+    await health.enter_graceful_shutdown()
+    await server.stop(STOP_GRACE_S)
+    metrics_http.shutdown()
+    engine.shutdown()
+    log.info("worker stopped", extra={"drained": drained})
+    return 0
+
+
+async def abort_in_flight(engine: AsyncLLMEngine, admission: Admission) -> None:
+    """End every remaining stream with finish_reason "abort" (the client may resubmit elsewhere)."""
+    log.warning("drain cut short; aborting the requests still in flight",
+                extra={"in_flight": len(admission.in_flight)})
+    for request_id in list(admission.in_flight):
+        engine.abort(request_id)
+    await admission.wait_idle(STOP_GRACE_S)
+
+
+async def set_health(health: HealthServicer, serving: bool) -> None:
+    status = (health_pb2.HealthCheckResponse.SERVING if serving
+              else health_pb2.HealthCheckResponse.NOT_SERVING)
+    for name in ("", WORKER_SERVICE_NAME):
+        await health.set(name, status)
+
+
+def announce_ready(config: WorkerConfig, port: int, metrics_port: int, service: WorkerService) -> None:
+    status = service.status()
+    log.info("worker ready", extra={
+        "worker_id": config.worker_id, "host": config.host, "port": port, "metrics_port": metrics_port,
+        "model": status.model, "device": status.device.device, "emulated_profile": status.emulated_profile,
+        "timing": status.timing, "num_blocks": status.load.num_blocks, "max_model_len": status.max_model_len})
+    print(ready_line(port, metrics_port), file=sys.stdout, flush=True)
+
+
+class ShutdownSignals:
+    """SIGTERM or SIGINT: the first asks for a drain, a second one cuts the drain short."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.drain = asyncio.Event()
+        self.now = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._received, sig)
+
+    def _received(self, sig: signal.Signals) -> None:
+        log.info("signal received", extra={"signal": sig.name})
+        (self.now if self.drain.is_set() else self.drain).set()
+
+
+async def wait_drained(admission: Admission, timeout_s: float, cut_short: asyncio.Event) -> bool:
+    """True once no request is in flight; False when the timeout or `cut_short` comes first."""
+    idle = asyncio.ensure_future(admission.wait_idle(timeout_s))
+    cut = asyncio.ensure_future(cut_short.wait())
+    await asyncio.wait({idle, cut}, return_when=asyncio.FIRST_COMPLETED)
+    for task in (idle, cut):
+        task.cancel()
+    return idle.done() and not idle.cancelled() and idle.result()

@@ -1,0 +1,49 @@
+"""`mindmotor worker` flags and start-up failures."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from mindmotor.cli import build_parser
+from mindmotor.worker.cli import config_from_args
+
+FLAGS = ["--model", "--port", "--device", "--emulate", "--timing", "--host", "--metrics-port",
+         "--max-num-seqs", "--max-num-batched-tokens", "--num-blocks", "--block-size",
+         "--no-prefix-caching", "--no-chunked-prefill", "--memory-fraction", "--tp", "--drain-timeout",
+         "--worker-id"]
+
+
+def test_flags_build_the_configs():
+    args = build_parser().parse_args([
+        "worker", "--model", "/m", "--port", "0", "--device", "910B4", "--emulate", "qwen2-7b",
+        "--timing", "virtual", "--host", "127.0.0.1", "--metrics-port", "9100", "--max-num-seqs", "8",
+        "--max-num-batched-tokens", "512", "--num-blocks", "64", "--block-size", "32",
+        "--no-prefix-caching", "--no-chunked-prefill", "--memory-fraction", "0.5", "--tp", "2",
+        "--drain-timeout", "3", "--worker-id", "w-1"])
+    config = config_from_args(args)
+    e = config.engine
+    assert (config.host, config.port, config.metrics_port, config.worker_id, config.drain_timeout_s) == (
+        "127.0.0.1", 0, 9100, "w-1", 3.0)
+    assert (e.model, e.device, e.emulate, e.timing, e.tensor_parallel) == ("/m", "910B4", "qwen2-7b", "virtual", 2)
+    assert (e.max_num_seqs, e.max_num_batched_tokens, e.num_blocks, e.block_size) == (8, 512, 64, 32)
+    assert not e.enable_prefix_caching and not e.enable_chunked_prefill and e.memory_fraction == 0.5
+
+
+def test_help_lists_every_flag(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["worker", "--help"])
+    text = capsys.readouterr().out
+    assert [flag for flag in FLAGS if flag not in text] == []
+
+
+def test_a_missing_model_fails_with_exit_1_and_a_json_error(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "mindmotor.cli", "worker", "--model", str(tmp_path / "nope"),
+                           "--port", "0", "--timing", "virtual"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert "MINDMOTOR_WORKER_READY" not in done.stdout
+    (entry,) = [json.loads(line) for line in done.stderr.splitlines() if '"worker failed"' in line]
+    assert "does not exist" in entry["error"]
