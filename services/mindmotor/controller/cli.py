@@ -1,0 +1,85 @@
+"""`mindmotor controller`: the cluster's registry, health checks and routing table.
+
+    mindmotor controller --port 50050 --admin-port 8090 [--redis-url redis://127.0.0.1:6379/0]
+
+With `--port 0` (or `--admin-port 0`) a free port is picked; either way the controller prints
+`MINDMOTOR_CONTROLLER_READY port=N admin_port=M` on stdout once it serves. Without a Redis URL
+the registry lives in memory (one controller); with one, several controllers share it and one of
+them (the lease holder) leads. Logs are JSON lines on stderr. Nothing heavy is imported until the
+command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("controller", help="run the cluster controller (registry, health, routing)",
+                                   description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    parser.set_defaults(func=run_controller)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    net = parser.add_argument_group("serving")
+    net.add_argument("--host", default="0.0.0.0", help="gRPC address to listen on (default: %(default)s)")
+    net.add_argument("--port", type=int, default=50050, help="gRPC port; 0 picks a free one (default: %(default)s)")
+    net.add_argument("--admin-host", default="0.0.0.0", help="admin HTTP address (default: %(default)s)")
+    net.add_argument("--admin-port", type=int, default=8090,
+                     help="admin HTTP port; 0 picks a free one (default: %(default)s)")
+    net.add_argument("--admin-token", default=os.environ.get("MINDMOTOR_ADMIN_TOKEN") or None,
+                     help="bearer token for the admin API (default: $MINDMOTOR_ADMIN_TOKEN; none: open)")
+    net.add_argument("--controller-id", default=None, help="name in logs, metrics and the lease (default: HOST-PID-RANDOM)")
+    net.add_argument("--log-level", default="INFO", help="(default: %(default)s)")
+
+    store = parser.add_argument_group("store")
+    store.add_argument("--redis-url", default=os.environ.get("MINDMOTOR_REDIS_URL") or None,
+                       help="Redis for the registry and the leader lease (default: $MINDMOTOR_REDIS_URL; "
+                            "none: in memory)")
+    store.add_argument("--redis-prefix", default=os.environ.get("MINDMOTOR_REDIS_PREFIX") or "mindmotor:",
+                       help="prefix of every Redis key (default: %(default)s)")
+
+    health = parser.add_argument_group("health")
+    health.add_argument("--heartbeat-interval", type=float, default=1.0,
+                        help="seconds between worker heartbeats (default: %(default)s)")
+    health.add_argument("--suspect-misses", type=int, default=3,
+                        help="missed heartbeat intervals before an instance is suspect (default: %(default)s)")
+    health.add_argument("--dead-after", type=float, default=5.0,
+                        help="seconds without a heartbeat before an instance is dead (default: %(default)s)")
+    health.add_argument("--forget-after", type=float, default=60.0,
+                        help="seconds after which a dead instance's record is deleted (default: %(default)s)")
+    health.add_argument("--lease-ttl", type=float, default=2.0,
+                        help="leader lease seconds; a standby takes over within twice this (default: %(default)s)")
+
+
+def config_from_args(args: argparse.Namespace):
+    """ValueError for inconsistent values."""
+    from .config import ControllerConfig, default_controller_id
+
+    return ControllerConfig(
+        host=args.host, port=args.port, admin_host=args.admin_host, admin_port=args.admin_port,
+        admin_token=args.admin_token, redis_url=args.redis_url, redis_prefix=args.redis_prefix,
+        heartbeat_interval_s=args.heartbeat_interval, suspect_misses=args.suspect_misses,
+        dead_after_s=args.dead_after, forget_after_s=max(args.forget_after, args.dead_after),
+        lease_ttl_s=args.lease_ttl, controller_id=args.controller_id or default_controller_id())
+
+
+def run_controller(args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+
+    from mindmotor.common.logging import setup_logging
+    from mindmotor.common.store import StoreUnavailable
+
+    setup_logging("controller", args.log_level)
+    log = logging.getLogger("mindmotor.controller")
+    try:
+        config = config_from_args(args)
+        from .server import serve
+
+        return asyncio.run(serve(config))
+    except (ValueError, OSError, StoreUnavailable) as exc:   # bad flags, port in use, no Redis
+        log.error("controller failed", extra={"error": f"{type(exc).__name__}: {exc}"})
+        return 1

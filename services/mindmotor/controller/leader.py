@@ -1,0 +1,74 @@
+"""`LeaderElector`: hold the store lease `controller:leader` while alive.
+
+The leader renews every ttl/3; a standby tries to take the lease just as often, so when the
+leader dies (its lease stops being renewed) a standby leads at most ttl + ttl/3 later — within two
+lease periods. A leader that cannot renew (lost the lease, or the store is unreachable) steps down
+at once. With a `MemoryStore` the single controller always leads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Callable
+
+from mindmotor.common.store import Store, StoreUnavailable
+
+log = logging.getLogger("mindmotor.controller")
+
+LEASE_NAME = "controller:leader"
+
+
+class LeaderElector:
+    def __init__(self, store: Store, holder: str, ttl_s: float,
+                 on_change: Callable[[bool], None] | None = None):
+        self.store = store
+        self.holder = holder
+        self.ttl_s = ttl_s
+        self.on_change = on_change
+        self.is_leader = False
+        self.leader_since = 0.0          # unix seconds when this controller last became leader
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="leader-elector")
+
+    async def stop(self) -> None:
+        """Stop campaigning and give the lease up (so a standby takes over at once)."""
+        if self._task:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self.is_leader:
+            try:
+                await self.store.release_lease(LEASE_NAME, self.holder)
+            except StoreUnavailable:
+                pass
+            self._set(False)
+
+    async def _run(self) -> None:
+        while True:
+            await self.step()
+            await asyncio.sleep(self.ttl_s / 3)
+
+    async def step(self) -> None:
+        try:
+            if self.is_leader:
+                held = await self.store.renew_lease(LEASE_NAME, self.holder, self.ttl_s)
+            else:
+                held = await self.store.try_acquire_lease(LEASE_NAME, self.holder, self.ttl_s)
+        except StoreUnavailable as exc:
+            if self.is_leader:
+                log.warning("store unreachable; stepping down", extra={"error": str(exc)})
+            held = False
+        self._set(held)
+
+    def _set(self, leader: bool) -> None:
+        if leader == self.is_leader:
+            return
+        self.is_leader = leader
+        if leader:
+            self.leader_since = time.time()
+        log.info("leadership changed", extra={"is_leader": leader, "controller_id": self.holder})
+        if self.on_change:
+            self.on_change(leader)

@@ -1,0 +1,52 @@
+"""`ControllerMetrics`: the controller's Prometheus series, in a registry of its own (so several
+controllers can live in one process, e.g. in tests)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+from mindmotor.protocol import controller_pb2
+
+from . import states
+from .records import InstanceRecord
+
+
+class ControllerMetrics:
+    def __init__(self, controller_id: str):
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.instances = Gauge("mindmotor_controller_instances", "Registered instances by health state",
+                               ["state"], registry=r)
+        self.heartbeats = Counter("mindmotor_controller_heartbeats_received",
+                                  "Heartbeats received by this controller", registry=r)
+        self.registrations = Counter("mindmotor_controller_registrations",
+                                     "Register calls accepted by this controller", registry=r)
+        self.failures_reported = Counter("mindmotor_controller_failures_reported",
+                                         "ReportFailure calls received by this controller", registry=r)
+        self.transitions = Counter("mindmotor_controller_state_transitions",
+                                   "Health state changes made by this controller's sweeps", ["to"], registry=r)
+        self.is_leader = Gauge("mindmotor_controller_is_leader",
+                               "1 if this controller holds the leader lease", ["controller_id"], registry=r)
+        self.routing_version = Gauge("mindmotor_controller_routing_table_version",
+                                     "Version of the routing table this controller serves", registry=r)
+        self.watchers = Gauge("mindmotor_controller_watchers", "Open Watch streams", registry=r)
+        self.heartbeat_streams = Gauge("mindmotor_controller_heartbeat_streams", "Open Heartbeat streams",
+                                       registry=r)
+        self.controller_id = controller_id
+        self.set_leader(False)
+        for state in states.ALL_STATES:
+            self.instances.labels(state).set(0)
+
+    def set_leader(self, leader: bool) -> None:
+        self.is_leader.labels(self.controller_id).set(1 if leader else 0)
+
+    def on_rebuild(self, table: controller_pb2.RoutingTable, records: list[InstanceRecord]) -> None:
+        counts = dict.fromkeys(states.ALL_STATES, 0)
+        for record in records:
+            counts[record.state] = counts.get(record.state, 0) + 1
+        for state, count in counts.items():
+            self.instances.labels(state).set(count)
+        self.routing_version.set(table.version)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,160 @@
+"""Run one controller: the store, the leader lease, the health sweeper, the routing table, the
+gRPC server (Controller + health) and the HTTP admin API.
+
+Lifecycle: open the store (a Redis that does not answer fails the start) → campaign for the
+lease → serve (ready line on stdout) → SIGTERM or SIGINT → stop taking registrations, give the
+lease up (a standby leads at once), close the streams (workers and coordinators fail over), exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import sys
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+
+from mindmotor.common.store import RedisStore, Store, open_store
+from mindmotor.protocol import controller_pb2, controller_pb2_grpc
+
+from .admin import create_admin_app
+from .config import ControllerConfig, ready_line
+from .leader import LeaderElector
+from .metrics import ControllerMetrics
+from .registry import Registry
+from .routing import RoutingTableBroadcaster
+from .service import ControllerService
+from .sweeper import HealthSweeper
+
+log = logging.getLogger("mindmotor.controller")
+
+CONTROLLER_SERVICE_NAME = controller_pb2.DESCRIPTOR.services_by_name["Controller"].full_name
+STOP_GRACE_S = 0.5
+
+
+class ControllerServer:
+    """Everything one controller runs, startable and stoppable in any event loop."""
+
+    def __init__(self, config: ControllerConfig, store: Store | None = None):
+        self.config = config
+        self.store = store or open_store(config.redis_url, config.redis_prefix)
+        self.metrics = ControllerMetrics(config.controller_id)
+        self.registry = Registry(self.store)
+        self.elector = LeaderElector(self.store, config.controller_id, config.lease_ttl_s,
+                                     on_change=self._leadership_changed)
+        self.broadcaster = RoutingTableBroadcaster(self.registry, config.controller_id,
+                                                   lambda: self.elector.is_leader, config.heartbeat_interval_s,
+                                                   on_rebuild=self.metrics.on_rebuild)
+        self.sweeper = HealthSweeper(self.registry, self.elector, config,
+                                     on_transition=lambda _id, _old, new: self.metrics.transitions.labels(new).inc())
+        self.service = ControllerService(self.registry, self.broadcaster, self.elector, self.metrics, config)
+        self.health = HealthServicer()
+        self.grpc_server: grpc.aio.Server | None = None
+        self.admin: _AdminServer | None = None
+        self.port = 0
+        self.admin_port = 0
+
+    def _leadership_changed(self, leader: bool) -> None:
+        self.metrics.set_leader(leader)
+        self.broadcaster.poke()
+
+    async def start(self) -> None:
+        if isinstance(self.store, RedisStore):
+            await self.store.ping()                   # fail fast: StoreUnavailable
+        await self.elector.step()
+        self.elector.start()
+        await self.broadcaster.start()
+        self.sweeper.start()
+        self.grpc_server = grpc.aio.server(options=[
+            ("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),
+            ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+            ("grpc.keepalive_permit_without_calls", 1)])
+        controller_pb2_grpc.add_ControllerServicer_to_server(self.service, self.grpc_server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc_server)
+        self.port = self.grpc_server.add_insecure_port(f"{self.config.host}:{self.config.port}")
+        if self.port == 0:
+            raise OSError(f"cannot listen on {self.config.host}:{self.config.port}")
+        await self.grpc_server.start()
+        app = create_admin_app(self.config, self.registry, self.elector, self.metrics)
+        self.admin = _AdminServer(app, self.config.admin_host, self.config.admin_port)
+        self.admin_port = await self.admin.start()
+        for name in ("", CONTROLLER_SERVICE_NAME):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        if not self.config.admin_token:
+            log.warning("the admin API is open: no admin token configured")
+
+    async def stop(self) -> None:
+        self.service.accepting = False
+        await self.health.enter_graceful_shutdown()
+        await self.sweeper.stop()
+        await self.elector.stop()                     # release the lease: a standby leads at once
+        if self.grpc_server:
+            await self.grpc_server.stop(STOP_GRACE_S)
+        if self.admin:
+            await self.admin.stop()
+        await self.broadcaster.stop()
+        await self.store.close()
+
+
+class _AdminServer:
+    """uvicorn in this event loop, on a socket we bind (so port 0 works), without its own
+    signal handling (the controller's handles SIGTERM)."""
+
+    def __init__(self, app, host: str, port: int):
+        import uvicorn
+
+        class Server(uvicorn.Server):
+            @contextlib.contextmanager
+            def capture_signals(self):
+                yield
+
+        self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((host, port))
+        self.server = Server(uvicorn.Config(app, log_config=None, access_log=False, lifespan="off"))
+        self.task: asyncio.Task | None = None
+
+    async def start(self) -> int:
+        self.task = asyncio.create_task(self.server.serve(sockets=[self.sock]), name="admin-http")
+        while not self.server.started:
+            if self.task.done():
+                self.task.result()                    # raises what failed
+                raise OSError("admin server exited")
+            await asyncio.sleep(0.01)
+        return self.sock.getsockname()[1]
+
+    async def stop(self) -> None:
+        self.server.should_exit = True
+        if self.task:
+            await asyncio.gather(self.task, return_exceptions=True)
+        self.sock.close()
+
+
+async def serve(config: ControllerConfig) -> int:
+    server = ControllerServer(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await server.start()
+    except BaseException:
+        await server.stop()
+        raise
+    log.info("controller ready", extra={
+        "controller_id": config.controller_id, "port": server.port, "admin_port": server.admin_port,
+        "store": config.store_kind, "redis_prefix": config.redis_prefix if config.redis_url else None,
+        "is_leader": server.elector.is_leader, "heartbeat_interval_s": config.heartbeat_interval_s,
+        "suspect_after_s": config.suspect_after_s, "dead_after_s": config.dead_after_s,
+        "lease_ttl_s": config.lease_ttl_s})
+    print(ready_line(server.port, server.admin_port), file=sys.stdout, flush=True)
+    await stop.wait()
+    log.info("controller stopping", extra={"controller_id": config.controller_id})
+    await server.stop()
+    log.info("controller stopped", extra={"controller_id": config.controller_id})
+    return 0

@@ -1,0 +1,125 @@
+"""`ControllerService`: the gRPC `mindmotor.v1.Controller` servicer — thin handlers over the
+registry and the routing table broadcaster. A store that does not answer is UNAVAILABLE (the
+caller retries, possibly on another controller)."""
+
+from __future__ import annotations
+
+import logging
+
+import grpc
+
+from mindmotor.common.store import StoreUnavailable
+from mindmotor.protocol import controller_pb2, controller_pb2_grpc
+
+from . import states
+from .config import ControllerConfig
+from .leader import LeaderElector
+from .metrics import ControllerMetrics
+from .records import validate_register
+from .registry import Registry
+from .routing import RoutingTableBroadcaster, for_model
+
+log = logging.getLogger("mindmotor.controller")
+
+
+def command_to_proto(command: dict) -> controller_pb2.HeartbeatCommand:
+    if "drain" in command:
+        return controller_pb2.HeartbeatCommand(drain=controller_pb2.DrainCommand(**command["drain"]))
+    if "set_role" in command:
+        return controller_pb2.HeartbeatCommand(set_role=controller_pb2.SetRoleCommand(**command["set_role"]))
+    raise ValueError(f"unknown command {command!r}")
+
+
+REREGISTER = controller_pb2.HeartbeatCommand(
+    reregister=controller_pb2.ReregisterCommand(reason="unknown or dead instance; register again"))
+
+
+class ControllerService(controller_pb2_grpc.ControllerServicer):
+    def __init__(self, registry: Registry, broadcaster: RoutingTableBroadcaster, elector: LeaderElector,
+                 metrics: ControllerMetrics, config: ControllerConfig):
+        self.registry = registry
+        self.broadcaster = broadcaster
+        self.elector = elector
+        self.metrics = metrics
+        self.config = config
+        self.accepting = True          # False once the controller shuts down
+
+    async def Register(self, request, context):
+        problem = validate_register(request)
+        if problem:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        response = controller_pb2.RegisterResponse(
+            heartbeat_interval_s=self.config.heartbeat_interval_s, suspect_after_s=self.config.suspect_after_s,
+            dead_after_s=self.config.dead_after_s, controller_id=self.config.controller_id)
+        if not self.accepting:
+            response.accepted, response.message = False, "controller is shutting down"
+            return response
+        try:
+            record = await self.registry.register(request)
+        except StoreUnavailable as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        self.metrics.registrations.inc()
+        log.info("instance registered", extra={
+            "instance_id": record.instance_id, "address": record.address, "model": record.model,
+            "role": record.role, "state": record.state})
+        self.broadcaster.poke()
+        response.accepted, response.state, response.message = True, record.state, "registered"
+        return response
+
+    async def Heartbeat(self, request_iterator, context):
+        self.metrics.heartbeat_streams.inc()
+        try:
+            async for beat in request_iterator:
+                if not beat.instance_id:
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "instance_id is required")
+                if beat.state and beat.state not in states.WORKER_STATES:
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                        f"state must be one of {', '.join(states.WORKER_STATES)}")
+                if beat.role and beat.role not in states.ROLES:
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                        f"role must be one of {', '.join(states.ROLES)}")
+                self.metrics.heartbeats.inc()
+                hashes = list(beat.cached_blocks.hashes) if beat.HasField("cached_blocks") else None
+                try:
+                    outcome = await self.registry.heartbeat(beat, hashes)
+                except StoreUnavailable as exc:
+                    await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+                if not outcome.known:
+                    yield REREGISTER
+                    continue
+                for command in outcome.commands:
+                    log.info("command sent", extra={"instance_id": beat.instance_id, "command": command})
+                    yield command_to_proto(command)
+        finally:
+            self.metrics.heartbeat_streams.dec()
+
+    async def Watch(self, request, context):
+        self.metrics.watchers.inc()
+        try:
+            async for table in self.broadcaster.updates():
+                yield for_model(table, request.model)
+        finally:
+            self.metrics.watchers.dec()
+
+    async def ReportFailure(self, request, context):
+        self.metrics.failures_reported.inc()
+        try:
+            record = await self.registry.report_failure(request.instance_id, request.reason,
+                                                        hold_s=self.config.suspect_after_s)
+        except StoreUnavailable as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        if record is None:
+            return controller_pb2.ReportFailureResponse(found=False)
+        log.warning("failure reported", extra={
+            "instance_id": request.instance_id, "reason": request.reason, "reporter": request.reporter,
+            "state": record.state})
+        return controller_pb2.ReportFailureResponse(found=True, state=record.state)
+
+    async def Deregister(self, request, context):
+        try:
+            found = await self.registry.remove(request.instance_id)
+        except StoreUnavailable as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        if found:
+            log.info("instance deregistered", extra={"instance_id": request.instance_id})
+        return controller_pb2.DeregisterResponse(found=found)
