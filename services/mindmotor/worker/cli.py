@@ -30,6 +30,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="seconds SIGTERM waits for in-flight requests (default: %(default)s)")
     net.add_argument("--log-level", default="INFO", help="(default: %(default)s)")
 
+    ctl = parser.add_argument_group("cluster")
+    ctl.add_argument("--controller", default=None, metavar="HOST:PORT[,HOST:PORT]",
+                     help="register with this controller (or these, for failover) and heartbeat")
+    ctl.add_argument("--advertise-address", default=None, metavar="HOST:PORT",
+                     help="the address the controller hands to coordinators (default: host:port)")
+    ctl.add_argument("--deployment", default="", help="deployment name (traffic splits)")
+    ctl.add_argument("--version", default="", help="deployment version, e.g. a checkpoint id")
+    ctl.add_argument("--weight", type=int, default=1, help="routing weight (default: %(default)s)")
+
     eng = parser.add_argument_group("engine")
     eng.add_argument("--model", default=None, help="checkpoint directory (default: the bundled demo model)")
     eng.add_argument("--device", default="910B3", help="emulated device (default: %(default)s)")
@@ -63,7 +72,9 @@ def config_from_args(args: argparse.Namespace):
         enable_prefix_caching=not args.no_prefix_caching,
         enable_chunked_prefill=not args.no_chunked_prefill, seed=args.seed)
     return WorkerConfig(engine=engine, host=args.host, port=args.port, metrics_port=args.metrics_port,
-                        worker_id=args.worker_id or default_worker_id(), drain_timeout_s=args.drain_timeout)
+                        worker_id=args.worker_id or default_worker_id(), drain_timeout_s=args.drain_timeout,
+                        controller=args.controller, advertise_address=args.advertise_address,
+                        deployment=args.deployment, version=args.version, weight=args.weight)
 
 
 def run_worker(args: argparse.Namespace) -> int:

@@ -24,6 +24,11 @@ class WorkerConfig:
     worker_id: str = field(default_factory=default_worker_id)
     drain_timeout_s: float = 30.0     # SIGTERM: longest wait for in-flight requests
     role: str = "mixed"
+    controller: str | None = None     # "host:port[,host:port...]": register and heartbeat there
+    advertise_address: str | None = None  # the address others should dial (default: host:port)
+    deployment: str = ""              # for canary / A-B traffic splits
+    version: str = ""
+    weight: int = 1
 
     def __post_init__(self):
         if not 0 <= self.port <= 65535 or not 0 <= self.metrics_port <= 65535:

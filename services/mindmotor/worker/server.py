@@ -22,6 +22,7 @@ from mindmotor.protocol import worker_pb2, worker_pb2_grpc
 from .admission import Admission
 from .config import WorkerConfig, ready_line
 from .metrics import WorkerMetrics
+from .registration import start_agent
 from .service import WorkerService
 
 log = logging.getLogger("mindmotor.worker")
@@ -46,6 +47,7 @@ async def serve(config: WorkerConfig) -> int:
     admission.on_drain(lambda: set_health(health, serving=False))
     await set_health(health, serving=True)
     announce_ready(config, port, metrics_port, service)
+    agent = await start_agent(config, port, metrics_port, service, admission) if config.controller else None
 
     await signals.drain.wait()
     log.info("draining", extra={"in_flight": len(admission.in_flight), "timeout_s": config.drain_timeout_s})
@@ -54,6 +56,8 @@ async def serve(config: WorkerConfig) -> int:
     if not drained:
         await abort_in_flight(engine, admission)
     await health.enter_graceful_shutdown()
+    if agent is not None:
+        await agent.stop()
     await server.stop(STOP_GRACE_S)
     metrics_http.shutdown()
     engine.shutdown()

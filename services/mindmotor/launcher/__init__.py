@@ -1,0 +1,1 @@
+"""`mindmotor up`: the whole platform as child processes of one command."""

@@ -1,0 +1,91 @@
+"""`ChildProcess`: a MindMotor service started as a subprocess, ready when it prints its ready line.
+
+Every service prints one line `MINDMOTOR_<NAME>_READY key=value ...` on stdout once it serves
+(ports it bound, among others). Its stderr (JSON logs) goes to a log file.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+
+class ChildProcessError(RuntimeError):
+    """A child exited or did not become ready; the message has the tail of its log."""
+
+
+class ChildProcess:
+    def __init__(self, name: str, args: list[str], ready_prefix: str, log_path: Path,
+                 env: dict[str, str] | None = None):
+        self.name = name
+        self.args = args
+        self.ready_prefix = ready_prefix
+        self.log_path = Path(log_path)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "ab")
+        cmd = [sys.executable, "-m", "mindmotor.cli", *args]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log, text=True,
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._pump_stdout, name=f"{name}-stdout", daemon=True).start()
+        self.ready: dict[str, str] = {}
+
+    def _pump_stdout(self) -> None:
+        for line in self.proc.stdout:
+            self._lines.put(line.rstrip("\n"))
+        self._lines.put(None)
+
+    def wait_ready(self, timeout_s: float) -> dict[str, str]:
+        """Block until the ready line; returns its key=value fields."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ChildProcessError(f"{self.name} was not ready after {timeout_s:.0f} s\n{self.log_tail()}")
+            try:
+                line = self._lines.get(timeout=min(remaining, 0.5))
+            except queue.Empty:
+                continue
+            if line is None:
+                self.proc.wait()
+                raise ChildProcessError(
+                    f"{self.name} exited with code {self.proc.returncode} before it was ready\n{self.log_tail()}")
+            if line.startswith(self.ready_prefix):
+                self.ready = dict(part.split("=", 1) for part in line.split()[1:] if "=" in part)
+                return self.ready
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def signal(self, sig: int = signal.SIGTERM) -> None:
+        if self.alive():
+            self.proc.send_signal(sig)
+
+    def stop(self, timeout_s: float = 30.0) -> int:
+        """SIGTERM (the service drains), then SIGKILL if it takes longer than `timeout_s`."""
+        self.signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        if self.alive():
+            self.proc.kill()
+        self.proc.wait()
+        self._log.close()
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""

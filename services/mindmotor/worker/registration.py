@@ -1,0 +1,55 @@
+"""Being known to the controller: register this worker and heartbeat its load (InstanceAgent).
+
+A `drain` command from the controller drains the worker exactly as SIGTERM's first phase does
+(no new requests; in-flight ones finish) without exiting.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+
+from mindmotor.controller.client import InstanceAgent, InstanceLoad
+from mindmotor.protocol import controller_pb2
+
+from .admission import Admission
+from .config import WorkerConfig
+from .service import WorkerService
+
+log = logging.getLogger("mindmotor.worker")
+
+REGISTER_TIMEOUT_S = 10.0
+
+
+def advertised(config: WorkerConfig, port: int) -> str:
+    if config.advertise_address:
+        return config.advertise_address
+    host = config.host if config.host not in ("0.0.0.0", "::", "") else socket.gethostname()
+    return f"{host}:{port}"
+
+
+async def start_agent(config: WorkerConfig, port: int, metrics_port: int, service: WorkerService,
+                      admission: Admission) -> InstanceAgent:
+    status = service.status()
+    address = advertised(config, port)
+    request = controller_pb2.RegisterRequest(
+        instance_id=config.worker_id, address=address,
+        metrics_address=f"{address.rsplit(':', 1)[0]}:{metrics_port}", model=status.model,
+        role=status.role, device=status.device.device, max_model_len=status.max_model_len,
+        block_size=status.block_size, deployment=config.deployment, version=config.version,
+        weight=config.weight)
+
+    def load() -> InstanceLoad:
+        current = service.status()
+        return InstanceLoad(running=current.load.running, waiting=current.load.waiting,
+                            kv_usage=current.load.kv_usage, state=admission.state, role=current.role)
+
+    async def on_drain(reason: str) -> None:
+        log.info("drain commanded by the controller", extra={"reason": reason})
+        await admission.start_drain()
+
+    agent = InstanceAgent(config.controller, request, load=load, on_drain=on_drain)
+    await agent.start()
+    await agent.wait_registered(timeout=REGISTER_TIMEOUT_S)
+    log.info("registered with the controller", extra={"controller": config.controller, "address": address})
+    return agent

@@ -1,0 +1,41 @@
+"""End-to-end fixtures: real service processes on free ports, stopped at teardown."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from mindmotor.launcher.process import ChildProcess
+from mindmotor.model.testing import write_tiny_checkpoint
+
+
+@pytest.fixture(scope="session")
+def e2e_model(tmp_path_factory):
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("e2e-model"))
+
+
+@pytest.fixture
+def spawn(tmp_path):
+    """spawn(name, args, ready_prefix) → a ready ChildProcess; all are killed at teardown."""
+    children: list[ChildProcess] = []
+
+    def start(name: str, args: list[str], ready_prefix: str, timeout_s: float = 60.0) -> ChildProcess:
+        child = ChildProcess(name, args, ready_prefix, tmp_path / f"{name}.log")
+        children.append(child)
+        child.wait_ready(timeout_s)
+        return child
+
+    yield start
+    for child in children:
+        child.kill()
+
+
+def wait_until(predicate, timeout_s: float = 15.0, interval_s: float = 0.05, what: str = "condition"):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
