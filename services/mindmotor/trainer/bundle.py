@@ -1,0 +1,42 @@
+"""A serving-only copy of a checkpoint (e.g. the demo model shipped as package data): the Hugging
+Face files and a fresh `mindmotor.json`, without `trainer_state.pt` (optimizer moments and RNG,
+about twice the size of the weights). The source is verified first; the copy is written to a
+temporary directory and renamed into place. No PyTorch here.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+from mindmotor.model.config import CheckpointError
+
+from .manifest import build_manifest, verify_checkpoint, write_manifest
+
+TRAINING_ONLY_FILES = ("trainer_state.pt",)
+
+
+def bundle_checkpoint(source: str | Path, destination: str | Path) -> Path:
+    """Copy `source` to `destination` for serving; returns `destination`."""
+    source, destination = Path(source), Path(destination)
+    manifest = verify_checkpoint(source)
+    if destination.exists():
+        raise CheckpointError(f"{destination}: already exists")
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    tmp = destination.parent / f".tmp-{destination.name}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        for name in manifest["files"]:
+            if name not in TRAINING_ONLY_FILES:
+                shutil.copy2(source / name, tmp / name)
+        info = {k: v for k, v in manifest.items() if k not in ("files", "format")}
+        info.update(version=destination.name, parent=manifest.get("version"),
+                    bundled_from=str(source.resolve()))
+        write_manifest(tmp, build_manifest(tmp, **info))
+        os.rename(tmp, destination)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return destination

@@ -1,0 +1,119 @@
+"""Writing one checkpoint version: a Hugging Face directory plus the `mindmotor.json` manifest.
+
+    config.json  model.safetensors  generation_config.json  tokenizer.json  tokenizer_config.json
+    trainer_state.pt (optimizer, step, RNG: what resuming needs)  mindmotor.json
+
+Everything is written into `<root>/.tmp-<version>-<random>`, flushed to disk, and only then renamed
+to `<root>/<version>`: a crash leaves either the whole version or no version (and at most a
+`.tmp-*` directory that the store never lists). On an error the temporary directory is removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+from tokenizers import Tokenizer as HFTokenizer
+
+from mindmotor.common.tokenizer import save_tokenizer
+from mindmotor.model.config import CheckpointError, LlamaConfig
+
+from .manifest import build_manifest, write_manifest
+from .model import LlamaForCausalLM
+
+TRAINER_STATE_NAME = "trainer_state.pt"
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """What the manifest says about where a checkpoint comes from."""
+
+    version: str
+    run: str
+    parent: str | None
+    step: int
+    val_loss: float | None
+    corpus_digest: str
+    config_digest: str
+    train_config: dict
+    world_size: int = 1
+
+
+def export_checkpoint(root: str | Path, info: CheckpointInfo, model: LlamaForCausalLM,
+                      tokenizer: HFTokenizer, trainer_state: dict | None = None) -> Path:
+    """Write the checkpoint `info.version` into the store at `root`; return its directory."""
+    root = Path(root)
+    final = root / info.version
+    if final.exists():
+        raise CheckpointError(f"{final}: version already exists")
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f".tmp-{info.version}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        write_hf_files(tmp, model, tokenizer)
+        if trainer_state is not None:
+            torch.save(trainer_state, tmp / TRAINER_STATE_NAME)
+        write_manifest(tmp, build_manifest(tmp, **manifest_info(info, model.config)))
+        fsync_tree(tmp)
+        os.rename(tmp, final)
+        fsync_dir(root)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def write_hf_files(directory: Path, model: LlamaForCausalLM, tokenizer: HFTokenizer) -> None:
+    config = model.config
+    save_file(model.hf_state_dict(), str(directory / "model.safetensors"), metadata={"format": "pt"})
+    write_json(directory / "config.json", config.to_hf_dict())
+    write_json(directory / "generation_config.json", {
+        "bos_token_id": config.bos_token_id,
+        "eos_token_id": config.eos_token_id,
+        "pad_token_id": config.eos_token_id,
+    })
+    save_tokenizer(tokenizer, directory, model_max_length=config.max_position_embeddings)
+
+
+def manifest_info(info: CheckpointInfo, config: LlamaConfig) -> dict:
+    return {
+        "version": info.version,
+        "run": info.run,
+        "parent": info.parent,
+        "step": info.step,
+        "val_loss": info.val_loss,
+        "val_perplexity": None if info.val_loss is None else float(torch.tensor(info.val_loss).exp()),
+        "created_at": time.time(),
+        "corpus_digest": info.corpus_digest,
+        "config_digest": info.config_digest,
+        "train_config": info.train_config,
+        "world_size": info.world_size,
+        "num_parameters": config.num_parameters(),
+        "torch_version": torch.__version__,
+    }
+
+
+def write_json(path: Path, data: dict) -> None:
+    path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def fsync_tree(directory: Path) -> None:
+    for path in directory.iterdir():
+        with open(path, "rb") as f:
+            os.fsync(f.fileno())
+    fsync_dir(directory)
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

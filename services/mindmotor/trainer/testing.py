@@ -1,0 +1,71 @@
+"""Helpers for tests of the trainer (and for anyone who needs a tiny training run): a small corpus,
+the tiny config on it, real processes, free ports, waiting on conditions with a timeout."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+PYTHON = sys.executable
+CORPUS_MODULES = ("textwrap", "string", "shlex", "fractions")
+
+
+def write_corpus(directory: Path, modules: tuple[str, ...] = CORPUS_MODULES) -> Path:
+    """A few standard-library modules' sources as a corpus directory (~70 KB)."""
+    import importlib
+    import inspect
+
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in modules:
+        (directory / f"{name}.py").write_text(inspect.getsource(importlib.import_module(name)))
+    return directory
+
+
+def tiny_overrides(corpus: Path, **extra) -> dict:
+    """The tiny preset on the test corpus: 2 layers of 64, vocab 384, seq 64, 4 sequences/step."""
+    overrides = {"corpus": [str(corpus)], "steps": 8, "checkpoint_interval": 4, "eval_interval": 4,
+                 "warmup_steps": 2}
+    overrides.update(extra)
+    return overrides
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(condition, timeout: float, interval: float = 0.05, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+
+
+def read_events(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def run_cli(*args: str, timeout: float = 120, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """`python -m mindmotor.trainer.cli ARGS` in a real process (one thread: tiny models)."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    return subprocess.run([PYTHON, "-m", "mindmotor.trainer.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=cwd, env=env)
+
+
+def stop_process(process: subprocess.Popen, timeout: float = 15) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
