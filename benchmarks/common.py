@@ -1,0 +1,353 @@
+"""Shared pieces of the engine benchmarks: the benchmark checkpoint, trace lengths, and the
+virtual-clock driver that runs an `LLMEngine` on emulated 910B time.
+
+The virtual clock
+-----------------
+The emulated card's clock is the one the device figures are measured on. It advances by the
+emulated duration of every engine step (`engine.device.pacer.emulated_time_s` is their sum) and
+jumps forward over idle gaps. A request is handed to the engine only once the clock has reached its
+arrival; when the engine has nothing to do, the clock jumps to the next arrival. A request's emulated
+TTFT is the clock at the end of the step that produced its first token minus its arrival.
+
+Admission is a policy: `admit_all` is what a serving front end does (continuous batching; the
+engine's own scheduler decides what runs); a benchmark can pass another policy (static batching
+admits a new batch only when the engine is empty).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import functools
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from mindmotor import SamplingParams
+from mindmotor.engine.llm_engine import LLMEngine
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_TRACE = Path("/work/shared/data/azure_llm_conv_2023.csv")
+TRACE_CITATION = ("Azure LLM inference trace 2023, conversation part (Azure/AzurePublicDataset "
+                  "AzureLLMInferenceTrace_conv, as processed in microsoft/vidur); CC-BY; Patel et al., "
+                  "\"Splitwise: Efficient Generative LLM Inference Using Phase Splitting\", ISCA 2024")
+
+# The demo model's shape (random weights): what the benchmarks run unless --model is given.
+DEMO_SHAPE = dict(vocab_size=4096, hidden_size=256, intermediate_size=768, num_hidden_layers=4,
+                  num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=4096)
+
+
+# ---- model -------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=None)
+def benchmark_checkpoint(model: str | None = None, seed: int = 0) -> str:
+    """`model` if given, else a random-weight checkpoint of the demo shape in a temp dir (once per
+    process and seed)."""
+    if model:
+        return str(model)
+    from mindmotor.model.testing import write_tiny_checkpoint
+    directory = Path(tempfile.mkdtemp(prefix="mindmotor-bench-")) / "demo-shape"
+    write_tiny_checkpoint(directory, seed=seed, **DEMO_SHAPE)
+    return str(directory)
+
+
+def describe_model(engine: LLMEngine, model_arg: str | None) -> dict:
+    c = engine.model.config
+    return {"weights": model_arg or "random (write_tiny_checkpoint, demo-model shape)",
+            "hidden_size": c.hidden_size, "intermediate_size": c.intermediate_size,
+            "num_hidden_layers": c.num_hidden_layers, "num_attention_heads": c.num_attention_heads,
+            "num_key_value_heads": c.num_key_value_heads, "vocab_size": c.vocab_size,
+            "emulated_profile": engine.device.profile.name, "device": engine.device.spec.name,
+            "kv_blocks": engine.block_manager.num_blocks, "block_size": engine.block_manager.block_size,
+            "max_model_len": engine.max_model_len,
+            "openblas_num_threads": os.environ.get("OPENBLAS_NUM_THREADS", "default")}
+
+
+# ---- requests ----------------------------------------------------------------------------------
+@dataclass
+class BenchRequest:
+    request_id: str
+    prompt_token_ids: list[int]
+    output_len: int                 # tokens the engine generates (ignore_eos, max_tokens = this)
+    arrival_s: float = 0.0          # on the emulated clock
+    declared_max_tokens: int | None = None  # what the client asked for (static batching reserves it)
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.prompt_token_ids)
+
+    def params(self) -> SamplingParams:
+        return SamplingParams(max_tokens=self.output_len, temperature=0.0, ignore_eos=True)
+
+
+def random_tokens(rng: np.random.Generator, vocab_size: int, n: int) -> list[int]:
+    return rng.integers(0, vocab_size, size=n).tolist()
+
+
+def load_trace(path: Path | str = DEFAULT_TRACE) -> np.ndarray:
+    """The trace as an array [rows, 3]: arrived_at, prompt tokens, output tokens."""
+    with open(path, newline="") as f:
+        rows = [(float(r["arrived_at"]), int(r["num_prefill_tokens"]), int(r["num_decode_tokens"]))
+                for r in csv.DictReader(f)]
+    return np.asarray(rows, dtype=np.float64)
+
+
+def sample_trace_lengths(rng: np.random.Generator, n: int, max_model_len: int, *,
+                         max_output: int = 1024, trace: Path | str = DEFAULT_TRACE
+                         ) -> list[tuple[int, int]]:
+    """`n` (prompt, output) pairs drawn from the trace rows (with replacement), clipped to fit:
+    output ≤ max_output, prompt ≤ max_model_len - max_output (so prompt + any output fits)."""
+    rows = load_trace(trace)
+    idx = rng.integers(0, len(rows), size=n)
+    max_prompt = max_model_len - max_output
+    out = []
+    for i in idx:
+        p = int(min(max(rows[i, 1], 1), max_prompt))
+        o = int(min(max(rows[i, 2], 1), max_output))
+        out.append((p, o))
+    return out
+
+
+def poisson_arrivals(rng: np.random.Generator, n: int, rate_per_s: float) -> list[float]:
+    return np.cumsum(rng.exponential(1.0 / rate_per_s, size=n)).tolist()
+
+
+# ---- the virtual clock driver ------------------------------------------------------------------
+@dataclass
+class RequestRecord:
+    request_id: str
+    arrival_s: float
+    prompt_len: int
+    output_len: int
+    admitted_s: float | None = None
+    first_token_s: float | None = None
+    finished_s: float | None = None
+    num_output_tokens: int = 0
+    num_cached_tokens: int = 0
+
+    @property
+    def ttft_s(self) -> float:
+        return self.first_token_s - self.arrival_s
+
+
+def step_without_model(engine: LLMEngine):
+    """One engine step minus the numpy forward pass and the sampler: schedule, build the step's
+    inputs (which gives the `StepShape` the device charges for), postprocess with a placeholder
+    token, price the step on the emulated device. With `ignore_eos` and fixed `max_tokens` the
+    token values never change what is scheduled, so the emulated time is exactly that of
+    `engine.step()` (tests/benchmarks checks this); the host does not run the model.
+    Returns (outputs, shape)."""
+    started = time.monotonic()
+    sched = engine.scheduler.schedule()
+    if sched.empty:
+        return [], None
+    inp = engine.runner.prepare(sched)
+    n = len(inp.sampling)
+    outputs = engine._postprocess(sched, inp.sampling, [PLACEHOLDER_TOKEN] * n, [None] * n)
+    engine.device.run_step(inp.shape, started)
+    engine.steps += 1
+    return outputs, inp.shape
+
+
+PLACEHOLDER_TOKEN = 1
+
+
+class _ShapeTap:
+    """Remembers the `StepShape` of the last step `engine.step()` priced (wraps the instance's
+    `device.run_step`; the engine code is untouched)."""
+
+    def __init__(self, engine: LLMEngine):
+        self.shape = None
+        device = engine.device
+        inner = device.run_step
+
+        def run_step(shape, host_started_at):
+            self.shape = shape
+            return inner(shape, host_started_at)
+        device.run_step = run_step
+
+
+# policy(engine, ready) -> how many of the first `ready` requests to hand to the engine now
+AdmitPolicy = Callable[[LLMEngine, list[BenchRequest]], int]
+
+
+def admit_all(engine: LLMEngine, ready: list[BenchRequest]) -> int:
+    return len(ready)
+
+
+@dataclass
+class DriverResult:
+    records: list[RequestRecord]
+    emulated_busy_s: float          # sum of emulated step times
+    emulated_makespan_s: float      # clock at the end (busy + idle gaps)
+    wall_s: float                   # host time of the whole run
+    steps: int
+    batch_sizes: list[int] = field(default_factory=list)   # per admission (static batching)
+    step_num_seqs: list[int] = field(default_factory=list)  # sequences per step
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(r.num_output_tokens for r in self.records)
+
+
+class VirtualClockDriver:
+    """Feeds requests to an engine by their emulated arrival times and steps it to completion."""
+
+    def __init__(self, engine: LLMEngine, requests: list[BenchRequest],
+                 admit: AdmitPolicy = admit_all, progress: bool = True, desc: str = "",
+                 check_invariants_every: int = 0, run_model: bool = True,
+                 on_step: Callable | None = None):
+        """run_model=False steps with `step_without_model` (emulated figures only, fast).
+        on_step(shape, outputs, driver) is called after every step that did work."""
+        self.engine = engine
+        self.run_model = run_model
+        self.on_step = on_step
+        self._tap = _ShapeTap(engine) if run_model and on_step is not None else None
+        self.pending = sorted(requests, key=lambda r: r.arrival_s)
+        self.admit = admit
+        self.progress = progress
+        self.desc = desc
+        self.check_every = check_invariants_every
+        self.records = {r.request_id: RequestRecord(r.request_id, r.arrival_s, r.prompt_len, r.output_len)
+                        for r in requests}
+        self.idle_s = 0.0                     # emulated time jumped over while the engine was idle
+        self._base_emulated = engine.device.pacer.emulated_time_s
+
+    @property
+    def now(self) -> float:
+        return self.engine.device.pacer.emulated_time_s - self._base_emulated + self.idle_s
+
+    def run(self) -> DriverResult:
+        eng = self.engine
+        total_tokens = sum(r.output_len for r in self.pending)
+        bar = _progress_bar(total_tokens, self.desc) if self.progress else None
+        next_i = 0
+        ready: list[BenchRequest] = []
+        batch_sizes, step_num_seqs = [], []
+        steps = 0
+        started = time.perf_counter()
+        while next_i < len(self.pending) or ready or eng.has_unfinished_requests():
+            now = self.now
+            while next_i < len(self.pending) and self.pending[next_i].arrival_s <= now:
+                ready.append(self.pending[next_i])
+                next_i += 1
+            if ready:
+                k = self.admit(eng, ready)
+                if k:
+                    for req in ready[:k]:
+                        eng.add_request(req.request_id, req.prompt_token_ids, req.params(),
+                                        arrival_time=req.arrival_s)
+                        self.records[req.request_id].admitted_s = now
+                    batch_sizes.append(k)
+                    del ready[:k]
+            if not eng.has_unfinished_requests():
+                if ready:
+                    raise RuntimeError("the admission policy admitted nothing to an idle engine")
+                if next_i < len(self.pending):       # idle: jump to the next arrival
+                    self.idle_s += self.pending[next_i].arrival_s - now
+                    continue
+                break
+            before = eng.device.pacer.emulated_time_s
+            if self.run_model:
+                outputs = eng.step()
+                shape = self._tap.shape if self._tap is not None else None
+            else:
+                outputs, shape = step_without_model(eng)
+            if not outputs and eng.device.pacer.emulated_time_s == before:
+                # nothing could be scheduled (e.g. a prompt larger than the free KV pool)
+                if next_i < len(self.pending):
+                    self.idle_s += max(0.0, self.pending[next_i].arrival_s - now)
+                    continue
+                raise RuntimeError("the engine has unfinished requests but schedules nothing")
+            steps += 1
+            step_num_seqs.append(len(outputs))
+            end = self.now
+            for out in outputs:
+                rec = self.records[out.request_id]
+                if rec.first_token_s is None and out.new_token_ids:
+                    rec.first_token_s = end
+                    rec.num_cached_tokens = out.num_cached_tokens
+                rec.num_output_tokens += len(out.new_token_ids)
+                if out.finished:
+                    rec.finished_s = end
+            if self.on_step is not None:
+                self.on_step(shape, outputs, self)
+            if bar is not None:
+                bar.update(sum(len(o.new_token_ids) for o in outputs))
+            if self.check_every and steps % self.check_every == 0:
+                eng.check_invariants()
+        wall = time.perf_counter() - started
+        if bar is not None:
+            bar.close()
+        records = list(self.records.values())
+        unfinished = [r.request_id for r in records if r.finished_s is None]
+        if unfinished:
+            raise RuntimeError(f"{len(unfinished)} requests did not finish, e.g. {unfinished[:3]}")
+        return DriverResult(records=records,
+                            emulated_busy_s=eng.device.pacer.emulated_time_s - self._base_emulated,
+                            emulated_makespan_s=self.now, wall_s=wall, steps=steps,
+                            batch_sizes=batch_sizes, step_num_seqs=step_num_seqs)
+
+
+def _progress_bar(total: int, desc: str):
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover
+        return None
+    return tqdm(total=total, desc=desc, unit="tok", file=sys.stderr, mininterval=2.0,
+                disable=None, leave=False)
+
+
+# ---- statistics and output ---------------------------------------------------------------------
+def percentile(values, q: float) -> float:
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if len(values) else math.nan
+
+
+def mean(values) -> float:
+    return float(np.mean(values)) if len(values) else math.nan
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def add_common_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true", help="a small run (under a minute)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--model", default=None,
+                        help="checkpoint directory (default: random weights of the demo-model shape)")
+    parser.add_argument("--save-json", default=None, metavar="PATH", help="also write the result here")
+
+
+def finish(result: dict, save_json: str | None) -> None:
+    """Print the result as ONE JSON line (the last line of stdout) and optionally save it."""
+    text = json.dumps(result, sort_keys=False, default=_json_default)
+    if save_json:
+        Path(save_json).parent.mkdir(parents=True, exist_ok=True)
+        Path(save_json).write_text(json.dumps(result, indent=2, default=_json_default) + "\n")
+    print(text, flush=True)
+
+
+def _json_default(o):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if hasattr(o, "__dataclass_fields__"):
+        return asdict(o)
+    raise TypeError(f"not JSON serializable: {type(o)}")
+
+
+def r3(x: float) -> float:
+    return round(float(x), 3)
+
+
+def r4(x: float) -> float:
+    return round(float(x), 4)

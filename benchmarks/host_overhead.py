@@ -1,0 +1,222 @@
+"""Host overhead of the engine: is the host ever the bottleneck of the emulated card?
+
+(a) `sched_ms_256`: per-step host time of the scheduler plus the block manager's postprocess
+    bookkeeping, model excluded, with 256 running decode sequences: `engine.scheduler.schedule()`
+    plus the `BlockManager.cache_blocks` calls made by `LLMEngine._postprocess` (registering
+    newly full blocks under their hashes). The step's input preparation (`ModelRunner.prepare`) and
+    the rest of postprocess (stop checks, incremental detokenization, `RequestOutput`s) are timed
+    and reported separately.
+(b) `host_over_emulated_max_128`: host wall time of a whole engine step (schedule + numpy model +
+    sampling + postprocess) divided by that step's emulated time for `qwen2-7b` on a 910B3, at
+    decode batch sizes 1, 2, 4, ..., 128. Measured in virtual timing, where the pacer's host time is
+    exactly the host part of a step (in realtime mode the step would then wait out the rest of the
+    emulated time; a ratio above 1 is lag). Per batch size the median over the measured steps is
+    the figure; mean and p90 are reported as well.
+"""
+
+from __future__ import annotations
+
+import os
+
+if __name__ == "__main__":
+    # Before numpy loads: single-threaded OpenBLAS unless the caller set it. On this shared 2-core
+    # machine the default threaded BLAS makes small matmuls erratic (see docs/benchmarks.md).
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np
+
+from mindmotor import SamplingParams
+from mindmotor.engine.config import EngineConfig
+from mindmotor.engine.llm_engine import LLMEngine
+
+from benchmarks.common import (PLACEHOLDER_TOKEN, add_common_args, benchmark_checkpoint,
+                               describe_model, finish, log, mean, percentile, r3, r4, random_tokens,
+                               step_without_model)
+
+PROFILE = "qwen2-7b"
+DEVICE = "910B3"
+
+
+def _engine(model_dir: str, seed: int, **kw) -> LLMEngine:
+    return LLMEngine(EngineConfig(model=model_dir, device=DEVICE, emulate=PROFILE, timing="virtual",
+                                  seed=seed, **kw))
+
+
+def _add_decoders(engine: LLMEngine, n: int, prompt_len: int, max_tokens: int, seed: int,
+                  distinct_lengths: bool = False) -> None:
+    rng = np.random.default_rng(seed)
+    vocab = engine.model.config.vocab_size
+    for i in range(n):
+        plen = prompt_len + (i % 16 if distinct_lengths else 0)
+        engine.add_request(f"r{i}", random_tokens(rng, vocab, plen),
+                           SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True))
+
+
+def _all_decoding(engine: LLMEngine) -> bool:
+    s = engine.scheduler
+    return not s.waiting and all(q.num_computed_tokens >= q.num_tokens - 1 and q.num_output_tokens > 0
+                                 for q in s.running)
+
+
+class _Timer:
+    """Accumulates the time spent in one bound method (wrapped on the instance)."""
+
+    def __init__(self, obj, name: str):
+        self.total = 0.0
+        inner = getattr(obj, name)
+
+        def timed(*a, **kw):
+            t = time.perf_counter()
+            try:
+                return inner(*a, **kw)
+            finally:
+                self.total += time.perf_counter() - t
+        setattr(obj, name, timed)
+
+
+def scheduler_overhead(model_dir: str, seed: int = 0, num_seqs: int = 256, prompt_len: int = 128,
+                       steps: int = 200, warmup: int = 20, distinct_lengths: bool = False) -> dict:
+    """Per-step scheduler + block-manager time at `num_seqs` running decodes (no model)."""
+    engine = _engine(model_dir, seed, max_num_seqs=max(256, num_seqs))
+    _add_decoders(engine, num_seqs, prompt_len, max_tokens=warmup + steps + 8, seed=seed,
+                  distinct_lengths=distinct_lengths)
+    while not _all_decoding(engine):                  # prefill, without the model
+        step_without_model(engine)
+    assert len(engine.scheduler.running) == num_seqs, "not every sequence is running"
+    bm = engine.block_manager
+    cache_timer = _Timer(bm, "cache_blocks")
+    sched_ms, bm_ms, prepare_ms, post_ms, batch = [], [], [], [], []
+    for i in range(warmup + steps):
+        started = time.monotonic()
+        t0 = time.perf_counter()
+        sched = engine.scheduler.schedule()
+        t1 = time.perf_counter()
+        inp = engine.runner.prepare(sched)
+        t2 = time.perf_counter()
+        n = len(inp.sampling)
+        before = cache_timer.total
+        engine._postprocess(sched, inp.sampling, [PLACEHOLDER_TOKEN] * n, [None] * n)
+        t3 = time.perf_counter()
+        engine.device.run_step(inp.shape, started)
+        if i >= warmup:
+            cache_s = cache_timer.total - before
+            sched_ms.append((t1 - t0) * 1e3)
+            bm_ms.append(cache_s * 1e3)
+            prepare_ms.append((t2 - t1) * 1e3)
+            post_ms.append((t3 - t2) * 1e3)
+            batch.append(len(sched.scheduled))
+    engine.check_invariants()
+    total = [a + b for a, b in zip(sched_ms, bm_ms)]
+    return {
+        "num_running_decodes": int(np.median(batch)),
+        "prompt_len": prompt_len,
+        "steps_measured": steps,
+        "sched_plus_bm_ms_mean": r4(mean(total)),
+        "sched_plus_bm_ms_p50": r4(percentile(total, 50)),
+        "sched_plus_bm_ms_p99": r4(percentile(total, 99)),
+        "sched_plus_bm_ms_max": r4(max(total)),
+        "schedule_ms_mean": r4(mean(sched_ms)),
+        "bm_cache_blocks_ms_mean": r4(mean(bm_ms)),
+        "bm_cache_blocks_ms_max": r4(max(bm_ms)),
+        "prepare_ms_mean": r4(mean(prepare_ms)),
+        "postprocess_full_ms_mean": r4(mean(post_ms)),
+        "host_step_without_model_ms_mean": r4(mean([a + b + c for a, b, c in
+                                                    zip(sched_ms, prepare_ms, post_ms)])),
+    }
+
+
+def step_ratio(model_dir: str, batch: int, seed: int = 0, prompt_len: int = 128, steps: int = 30,
+               warmup: int = 3) -> dict:
+    """Host / emulated time of whole decode steps at `batch` sequences."""
+    engine = _engine(model_dir, seed)
+    _add_decoders(engine, batch, prompt_len, max_tokens=warmup + steps + 4, seed=seed)
+    while not _all_decoding(engine):                  # prefill with the model (not measured)
+        engine.step()
+    pacer = engine.device.pacer
+    host, emu, wall = [], [], []
+    for i in range(warmup + steps):
+        h0, e0 = pacer.host_time_s, pacer.emulated_time_s
+        t = time.perf_counter()
+        outs = engine.step()
+        dt = time.perf_counter() - t
+        assert len(outs) == batch, f"expected a decode step of {batch}, got {len(outs)}"
+        if i >= warmup:
+            host.append(pacer.host_time_s - h0)
+            emu.append(pacer.emulated_time_s - e0)
+            wall.append(dt)
+    ratios = [h / e for h, e in zip(host, emu)]
+    return {
+        "batch": batch,
+        "emulated_ms": r4(mean(emu) * 1e3),
+        "host_ms_p50": r4(percentile(host, 50) * 1e3),
+        "host_ms_mean": r4(mean(host) * 1e3),
+        "host_ms_p90": r4(percentile(host, 90) * 1e3),
+        "ratio_p50": r4(percentile(ratios, 50)),
+        "ratio_mean": r4(mean(host) / mean(emu)),
+        "ratio_p90": r4(percentile(ratios, 90)),
+        "step_call_ms_p50": r4(percentile(wall, 50) * 1e3),
+    }
+
+
+def run(seed: int = 0, model: str | None = None, prompt_len: int = 128, sched_steps: int = 200,
+        ratio_steps: int = 30, max_batch: int = 128, num_seqs: int = 256, progress: bool = True) -> dict:
+    model_dir = benchmark_checkpoint(model, seed)
+    log(f"[host_overhead] scheduler + block manager at {num_seqs} running decodes ...")
+    sched = scheduler_overhead(model_dir, seed, num_seqs=num_seqs, prompt_len=prompt_len, steps=sched_steps)
+    sched_mixed = scheduler_overhead(model_dir, seed, num_seqs=num_seqs, prompt_len=prompt_len,
+                                     steps=sched_steps, distinct_lengths=True)
+    log(f"[host_overhead] sched+bm {sched['sched_plus_bm_ms_mean']:.3f} ms/step mean "
+        f"(p99 {sched['sched_plus_bm_ms_p99']:.3f}); staggered prompt lengths "
+        f"{sched_mixed['sched_plus_bm_ms_mean']:.3f} ms")
+    table = []
+    b = 1
+    while b <= max_batch:
+        row = step_ratio(model_dir, b, seed, prompt_len=prompt_len, steps=ratio_steps)
+        table.append(row)
+        log(f"[host_overhead] batch {b:4d}: host {row['host_ms_p50']:.2f} ms (p50) vs emulated "
+            f"{row['emulated_ms']:.2f} ms -> {row['ratio_p50']:.3f}")
+        b *= 2
+    probe = _engine(model_dir, seed)
+    return {
+        "benchmark": "host_overhead",
+        "sched_ms_256": sched["sched_plus_bm_ms_mean"],
+        "target_sched_ms_256": 2.0,
+        "host_over_emulated_max_128": max(r["ratio_p50"] for r in table),
+        "host_over_emulated_max_128_mean": max(r["ratio_mean"] for r in table),
+        "host_over_emulated_max_128_p90": max(r["ratio_p90"] for r in table),
+        "target_host_over_emulated": 1.0,
+        "prompt_len": prompt_len,
+        "scheduler": sched,
+        "scheduler_staggered_prompt_lengths": sched_mixed,
+        "step_ratio_table": table,
+        "setup": {**describe_model(probe, model), "timing": "virtual (host part measured; emulated "
+                  "910B time from the roofline cost model)", "seed": seed,
+                  "machine": "shared 2-core host"},
+    }
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_common_args(ap)
+    ap.add_argument("--prompt-len", type=int, default=128)
+    ap.add_argument("--max-batch", type=int, default=128)
+    ap.add_argument("--no-progress", action="store_true")
+    args = ap.parse_args(argv)
+    result = run(seed=args.seed, model=args.model, prompt_len=args.prompt_len,
+                 sched_steps=60 if args.quick else 300, ratio_steps=10 if args.quick else 40,
+                 max_batch=args.max_batch, progress=not args.no_progress)
+    result["quick"] = bool(args.quick)
+    finish(result, args.save_json)
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""The benchmarks' core functions on very small configurations: keys and basic sanity (seconds)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from benchmarks import batching, host_overhead, prefix_cache  # noqa: E402
+from benchmarks.common import (BenchRequest, VirtualClockDriver, benchmark_checkpoint,  # noqa: E402
+                               finish, random_tokens)
+from mindmotor.engine.config import EngineConfig  # noqa: E402
+from mindmotor.engine.llm_engine import LLMEngine  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def model_dir():
+    return benchmark_checkpoint(None, 0)
+
+
+def test_step_without_model_prices_exactly_like_engine_step(model_dir):
+    """The shape-only stepping used for the trace-scale emulated figures gives the very same
+    emulated times as the real engine step (token values do not change what is scheduled)."""
+    import numpy as np
+    rng = np.random.default_rng(3)
+    reqs = [BenchRequest(f"r{i}", random_tokens(rng, 2000, int(rng.integers(20, 300))),
+                         int(rng.integers(2, 12)), arrival_s=float(i) * 0.004) for i in range(12)]
+    got = {}
+    for run_model in (True, False):
+        eng = LLMEngine(EngineConfig(model=model_dir, emulate="llama2-7b", num_blocks=40,
+                                     max_num_batched_tokens=256, max_model_len=512))
+        res = VirtualClockDriver(eng, reqs, progress=False, run_model=run_model).run()
+        eng.check_invariants()
+        got[run_model] = (res.emulated_busy_s, res.steps, eng.scheduler.num_preemptions,
+                          {r.request_id: (r.first_token_s, r.finished_s) for r in res.records})
+    assert got[True] == got[False]
+
+
+def test_batching_small(model_dir):
+    out = batching.run(num_requests=40, wall_requests=16, wall_scale=1 / 32, variants=True,
+                       progress=False, model=None)
+    for key in ("num_requests", "continuous_tok_per_emulated_s", "static_tok_per_emulated_s",
+                "throughput_ratio_emulated", "throughput_ratio_wall", "emulated_run", "wall_run"):
+        assert key in out
+    assert out["num_requests"] == 40
+    emu = out["emulated_run"]
+    assert emu["continuous"]["output_tokens"] == emu["static"]["output_tokens"] == out["requests"]["output_tokens_total"]
+    assert out["throughput_ratio_emulated"] >= 1.0
+    # padding rows only make static slower; oracle reservations only make it faster
+    assert emu["static"]["emulated_s"] >= emu["static"]["emulated_s_unpadded"]
+    assert emu["static_oracle"]["batch_size_mean"] >= emu["static"]["batch_size_mean"] >= \
+        emu["static_context"]["batch_size_mean"]
+    assert emu["static"]["batch_size_max"] <= emu["kv_pool_tokens"] // (16 + 1024)
+    assert out["wall_run"]["continuous"]["output_tokens"] == out["wall_run"]["static"]["output_tokens"]
+
+
+def test_static_policy_respects_kv_reservation():
+    reqs = [BenchRequest(f"r{i}", [1] * 100, 10, declared_max_tokens=60) for i in range(10)]
+
+    class Idle:
+        @staticmethod
+        def has_unfinished_requests():
+            return False
+
+    # 100 + 60 = 160 tokens = 10 blocks of 16 per sequence; 35 blocks fit 3
+    assert batching.static_policy(35 * 16, 16, 256)(Idle, reqs) == 3
+    assert batching.static_policy(35 * 16, 16, 2)(Idle, reqs) == 2
+    assert batching.static_policy(35 * 16, 16, 256, reserve="oracle")(Idle, reqs) == 5
+
+
+def test_prefix_cache_small(model_dir):
+    out = prefix_cache.run(num_requests=10, rate=6.0, system_len=256, progress=False)
+    for key in ("ttft_reduction", "ttft_mean_on_s", "ttft_mean_off_s", "ttft_p90_on_s",
+                "ttft_p90_off_s", "prefix_hit_rate", "throughput_on_tok_per_emulated_s",
+                "throughput_off_tok_per_emulated_s", "num_requests"):
+        assert key in out
+    assert out["prefix_hit_rate"] > 0
+    assert out["caching_off"]["prefix_hit_rate"] == 0
+    assert out["ttft_mean_on_s"] < out["ttft_mean_off_s"]
+    assert 0 < out["ttft_reduction"] < 1
+
+
+def test_host_overhead_small(model_dir):
+    out = host_overhead.run(sched_steps=5, ratio_steps=2, max_batch=4, num_seqs=32)
+    for key in ("sched_ms_256", "host_over_emulated_max_128", "step_ratio_table", "prompt_len"):
+        assert key in out
+    assert [r["batch"] for r in out["step_ratio_table"]] == [1, 2, 4]
+    assert out["scheduler"]["num_running_decodes"] == 32
+    assert out["sched_ms_256"] > 0 and out["host_over_emulated_max_128"] > 0
+
+
+def test_finish_prints_one_json_line_last(capsys, tmp_path):
+    finish({"a": 1, "b": [1, 2]}, str(tmp_path / "out.json"))
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert json.loads(lines[-1]) == {"a": 1, "b": [1, 2]}
+    assert json.loads((tmp_path / "out.json").read_text()) == {"a": 1, "b": [1, 2]}
