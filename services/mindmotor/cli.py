@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # Modules that contribute subcommands. A module that does not exist yet is skipped.
@@ -38,6 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # The serving engine's matrices are small: a threaded BLAS only adds contention (host step
+    # times on 2 cores were 4-20x worse and erratic with it; docs/benchmarks.md). One thread per
+    # process unless the user says otherwise; numpy is not imported before this point.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -154,3 +154,30 @@ def test_config_reads_qwen2_defaults():
                                     "num_attention_heads": 2, "num_key_value_heads": 1})
     assert config.attention_bias and config.head_dim == 4 and config.rms_norm_eps == 1e-6
     assert tiny_config(10).num_parameters() > 0
+
+
+def naive_attention(q, k, v, n_kv):
+    """Per head, per query: the textbook formula."""
+    num_q, n_heads, hd = q.shape
+    total = k.shape[0]
+    out = np.zeros_like(q, dtype=np.float64)
+    for h in range(n_heads):
+        kh, vh = k[:, h // (n_heads // n_kv)].astype(np.float64), v[:, h // (n_heads // n_kv)].astype(np.float64)
+        for i in range(num_q):
+            visible = total - num_q + i + 1
+            s = kh[:visible] @ q[i, h] / np.sqrt(hd)
+            p = np.exp(s - s.max())
+            out[i, h] = (p / p.sum()) @ vh[:visible]
+    return out
+
+
+@pytest.mark.parametrize("num_q, total", [(1, 1), (7, 7), (300, 700), (600, 600)])
+def test_causal_attention_across_query_tiles(num_q, total):
+    from mindmotor.model.attention import QUERY_TILE, causal_attention
+
+    assert QUERY_TILE < 300  # the larger cases span several tiles
+    rng = np.random.default_rng(num_q)
+    q = rng.standard_normal((num_q, 4, 8)).astype(np.float32)
+    k = rng.standard_normal((total, 2, 8)).astype(np.float32)
+    v = rng.standard_normal((total, 2, 8)).astype(np.float32)
+    np.testing.assert_allclose(causal_attention(q, k, v, 2), naive_attention(q, k, v, 2), atol=1e-5)

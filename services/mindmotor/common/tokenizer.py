@@ -16,6 +16,7 @@ import jinja2
 import jinja2.sandbox
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
+from tokenizers.decoders import DecodeStream
 
 EOS_TOKEN = "<|endoftext|>"
 IM_START = "<|im_start|>"
@@ -147,35 +148,32 @@ class Tokenizer:
 class IncrementalDetokenizer:
     """Turns a growing list of token ids into text deltas without splitting a UTF-8 character.
 
-    Decodes a short window of previous tokens together with the new ones and emits only what
-    the new tokens added; a trailing U+FFFD (an incomplete byte sequence) is held back.
+    The `tokenizers` library's `DecodeStream` does the work (in Rust, one call per token); it holds
+    back bytes until they form whole characters. A short window of prompt tokens primes it, so the
+    first generated token decodes as it would after the prompt.
     """
 
     def __init__(self, tokenizer: Tokenizer, prompt_ids: Sequence[int] = (), window: int = 6):
         self.tokenizer = tokenizer
-        self.ids: list[int] = list(prompt_ids[-window:])
-        self.prefix_offset = 0
-        self.read_offset = len(self.ids)
+        primer = [int(t) for t in prompt_ids[-window:]]
+        self._stream = DecodeStream(ids=primer or None, skip_special_tokens=True)
+        self.ids: list[int] = []
         self.text = ""
 
     def add(self, token_ids: Sequence[int]) -> str:
-        self.ids.extend(int(t) for t in token_ids)
-        decode = self.tokenizer.decode
-        prefix_text = decode(self.ids[self.prefix_offset:self.read_offset])
-        full_text = decode(self.ids[self.prefix_offset:])
-        if len(full_text) > len(prefix_text) and not full_text.endswith("\ufffd"):
-            delta = full_text[len(prefix_text):]
-            self.prefix_offset = self.read_offset
-            self.read_offset = len(self.ids)
-            self.text += delta
-            return delta
-        return ""
+        pieces = []
+        for token in token_ids:
+            self.ids.append(int(token))
+            chunk = self._stream.step(self.tokenizer.hf, int(token))
+            if chunk:
+                pieces.append(chunk)
+        delta = "".join(pieces)
+        self.text += delta
+        return delta
 
     def flush(self) -> str:
-        """At the end of a sequence: emit whatever was held back."""
-        full_text = self.tokenizer.decode(self.ids[self.prefix_offset:])
-        prefix_text = self.tokenizer.decode(self.ids[self.prefix_offset:self.read_offset])
-        delta = full_text[len(prefix_text):]
-        self.prefix_offset = self.read_offset = len(self.ids)
+        """At the end of a sequence: emit whatever was held back (an incomplete character)."""
+        full = self.tokenizer.decode(self.ids)
+        delta = full[len(self.text):] if full.startswith(self.text) else ""
         self.text += delta
         return delta

@@ -79,19 +79,35 @@ def _prefill_attention(q, cache, layer, block_table, context_len):
     return causal_attention(q, k, v, n_kv)
 
 
+QUERY_TILE = 256  # query rows per tile: keeps the score matrix in cache, and skips masked keys
+
+
 def causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, n_kv: int) -> np.ndarray:
-    """q: [Q, n_heads, hd] are the last Q of the T positions in k, v: [T, n_kv, hd]."""
+    """q: [Q, n_heads, hd] are the last Q of the T positions in k, v: [T, n_kv, hd].
+
+    Per KV head one contiguous matmul, the query heads of its group folded into the rows; queries
+    in tiles, each attending only to the keys up to its last position."""
     num_q, n_heads, head_dim = q.shape
     total = k.shape[0]
     group = n_heads // n_kv
-    qg = q.reshape(num_q, n_kv, group, head_dim).transpose(1, 2, 0, 3)  # [n_kv, group, Q, hd]
-    scores = qg @ k.transpose(1, 2, 0)[:, None]                          # [n_kv, group, Q, T]
-    scores *= 1.0 / np.sqrt(head_dim)
-    query_pos = np.arange(total - num_q, total)
-    scores[..., np.arange(total)[None, :] > query_pos[:, None]] = -np.inf
-    probs = _softmax(scores)
-    out = probs @ v.transpose(1, 0, 2)[:, None]                          # [n_kv, group, Q, hd]
-    return out.transpose(2, 0, 1, 3).reshape(num_q, n_heads, head_dim)
+    kt = np.ascontiguousarray(k.transpose(1, 2, 0))                     # [n_kv, hd, T]
+    vt = np.ascontiguousarray(v.transpose(1, 0, 2))                     # [n_kv, T, hd]
+    out = np.empty_like(q)
+    first = total - num_q                                               # position of q[0]
+    for start in range(0, num_q, QUERY_TILE):
+        end = min(num_q, start + QUERY_TILE)
+        n, kv_end = end - start, first + end
+        qg = np.ascontiguousarray(q[start:end].reshape(n, n_kv, group, head_dim).transpose(1, 0, 2, 3))
+        scores = (qg.reshape(n_kv, n * group, head_dim) @ kt[:, :, :kv_end])  # [n_kv, n·group, kv_end]
+        scores = scores.reshape(n_kv, n, group, kv_end)
+        scores *= 1.0 / np.sqrt(head_dim)
+        query_pos = np.arange(first + start, first + end)
+        future = np.arange(kv_end)[None, :] > query_pos[:, None]           # [n, kv_end]
+        scores += np.where(future, -np.inf, 0.0).astype(scores.dtype)[None, :, None, :]
+        probs = _softmax(scores).reshape(n_kv, n * group, kv_end)
+        tile = probs @ vt[:, :kv_end]                                   # [n_kv, n·group, hd]
+        out[start:end] = tile.reshape(n_kv, n, group, head_dim).transpose(1, 0, 2, 3).reshape(n, n_heads, head_dim)
+    return out
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:
