@@ -1,0 +1,91 @@
+"""`create_app(settings)`: the coordinator's FastAPI app — its parts built, its middleware stacked,
+its routes mounted. Starting the app (lifespan) reads every static worker once, then keeps
+polling; stopping it closes the worker channels and the rate limit store."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from .admission import Admission
+from .auth import APIKeys
+from .channels import WorkerChannels
+from .config import CoordinatorSettings
+from .errors import install_handlers
+from .instances import RoutingTable
+from .metrics import CoordinatorMetrics
+from .middleware import BodyLimitMiddleware, GateMiddleware, RequestIdMiddleware
+from .models import ModelCatalog
+from .rate_limit import MemoryRateLimiter, RateLimiter
+from .router import Router
+from .routes import api_router
+from .routing import make_policy
+from .state import Coordinator
+from .static_source import StaticWorkerSource
+
+log = logging.getLogger("mindmotor.coordinator")
+
+
+def make_rate_limiter(settings: CoordinatorSettings) -> RateLimiter | None:
+    if settings.rate_limit_rpm <= 0:
+        return None
+    if settings.redis_url:
+        from .rate_limit_redis import RedisRateLimiter
+
+        return RedisRateLimiter(settings.redis_url, settings.rate_limit_rpm, settings.rate_limit_burst,
+                                settings.redis_prefix)
+    return MemoryRateLimiter(settings.rate_limit_rpm, settings.rate_limit_burst)
+
+
+def build_coordinator(settings: CoordinatorSettings) -> Coordinator:
+    metrics = CoordinatorMetrics()
+    table = RoutingTable(suspect_s=settings.suspect_s)
+    router = Router(table, lambda model: make_policy(settings.policy_for(model), settings), settings.traffic)
+    return Coordinator(
+        settings=settings, table=table, router=router, channels=WorkerChannels(),
+        catalog=ModelCatalog(settings, table),
+        admission=Admission(settings.max_requests, settings.retry_after_s, metrics), metrics=metrics,
+        keys=APIKeys(settings.api_keys), limiter=make_rate_limiter(settings))
+
+
+def make_source(settings: CoordinatorSettings, c: Coordinator):
+    """Where the instances come from: the controller(s) when given, else the static workers."""
+    if settings.controllers:
+        from .controller_source import ControllerSource
+
+        return ControllerSource(settings.controllers, c.table, reporter=settings.coordinator_id)
+    return StaticWorkerSource(settings.workers, c.table, c.channels, settings.status_interval_s,
+                              settings.status_timeout_s)
+
+
+def create_app(settings: CoordinatorSettings, coordinator: Coordinator | None = None) -> FastAPI:
+    c = coordinator or build_coordinator(settings)
+    source = make_source(settings, c)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        await source.start()
+        c.started = True
+        log.info("coordinator started", extra={
+            "instances": len(c.table.all()), "models": c.catalog.names(), "policy": settings.policy,
+            "auth": c.keys.enabled, "rate_limit_rpm": settings.rate_limit_rpm})
+        try:
+            yield
+        finally:
+            await source.stop()
+            await c.channels.close()
+            if c.limiter is not None:
+                await c.limiter.close()
+
+    app = FastAPI(title="MindMotor Coordinator", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url=None)
+    app.state.coordinator = c
+    install_handlers(app)
+    app.include_router(api_router())
+    # added innermost first: RequestId -> Gate -> BodyLimit -> routes
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(GateMiddleware, keys=c.keys, limiter=c.limiter, metrics=c.metrics)
+    app.add_middleware(RequestIdMiddleware, metrics=c.metrics)
+    return app

@@ -1,0 +1,31 @@
+"""POST /v1/chat/completions: messages through the model's chat template to choices."""
+
+from __future__ import annotations
+
+import time
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from .chat_format import ChatFormat
+from .errors import BadRequest
+from .planning import generate
+from .prompts import chat_prompt
+from .sampling import sampling_from_request
+from .schemas import ChatCompletionRequest
+from .state import Coordinator, request_id
+
+
+async def create_chat_completion(c: Coordinator, body: ChatCompletionRequest, request: Request) -> Response:
+    model = c.catalog.resolve(body.model)
+    request.state.model = model.name
+    if body.top_logprobs and not body.logprobs:
+        raise BadRequest("top_logprobs requires logprobs to be true", param="top_logprobs")
+    prompt = chat_prompt(body.messages, model.tokenizer, body.add_generation_prompt)
+    logprobs = (body.top_logprobs or 0) if body.logprobs else None
+    sampling = sampling_from_request(body, body.max_new_tokens, logprobs)
+    rid = request_id(request)
+    fmt = ChatFormat(f"chatcmpl-{rid}", int(time.time()), model.name, model.tokens,
+                     body.logprobs, body.top_logprobs or 0, body.include_usage)
+    return await generate(c, request, rid, model, [prompt], sampling, body.n, body.priority, fmt,
+                          body.stream, body.include_usage)

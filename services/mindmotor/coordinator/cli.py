@@ -1,0 +1,91 @@
+"""`mindmotor coordinator`: the OpenAI-compatible HTTP front door.
+
+    mindmotor coordinator --port 8000 --worker 10.0.0.5:50051 --worker 10.0.0.6:50051,weight=2 \\
+        --model-dir /ckpt/qwen2-7b --policy least_load --api-key sk-one
+
+With `--port 0` a free port is picked; either way it prints `MINDMOTOR_COORDINATOR_READY port=N`
+on stdout once it serves. Every flag has a `MINDMOTOR_*` environment variable and a YAML key
+(`--config`); flags win over the environment, which wins over the file. Logs are JSON lines on
+stderr. Nothing heavy is imported until the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+POLICIES = ("round_robin", "weighted_round_robin", "least_load", "cache_aware")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("coordinator", help="serve the OpenAI-compatible HTTP API",
+                                   description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    parser.set_defaults(func=run_coordinator)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("--config", default=None, metavar="FILE.yaml", help="settings file (YAML; keys as in CoordinatorSettings)")
+    add("--host", default=None, help="address to listen on (default: 0.0.0.0)")
+    add("--port", type=int, default=None, help="HTTP port; 0 picks a free one (default: 8000)")
+    add("--controller", action="append", default=None, metavar="ADDR",
+        help="a controller's gRPC address (repeatable): instances from its routing table, not --worker")
+    add("--worker", action="append", default=None, metavar="ADDR[,weight=W,version=V,deployment=D]",
+        help="a worker's gRPC address (repeatable)")
+    add("--model", action="append", default=None, metavar="NAME=DIR",
+        help="served model name and its checkpoint directory (repeatable)")
+    add("--model-dir", default=None, metavar="DIR",
+        help="checkpoint directory (tokenizer, chat template) for models without --model")
+    add("--policy", default=None, choices=POLICIES, help="routing policy (default: least_load)")
+    add("--api-key", action="append", default=None, metavar="KEY", help="accepted API key (repeatable)")
+    add("--rate-limit-rpm", type=float, default=None, help="requests per minute per key (default: unlimited)")
+    add("--redis-url", default=None, help="share the rate limit through Redis")
+    add("--max-requests", type=int, default=None, help="outstanding requests per model (default: 10000)")
+    add("--max-retry", type=int, default=None, help="resubmissions after worker failures (default: 5)")
+    add("--max-body-bytes", type=int, default=None, help="request body limit (default: 1 MiB)")
+    add("--log-level", default=None, help="(default: INFO)")
+
+
+def settings_from_args(args: argparse.Namespace):
+    from .config import WorkerEntry, load_settings
+
+    models = None
+    if args.model:
+        models = {}
+        for item in args.model:
+            name, sep, directory = item.partition("=")
+            if not sep or not name or not directory:
+                raise ValueError(f"--model takes NAME=DIR, got {item!r}")
+            models[name] = directory
+    overrides = dict(
+        host=args.host, port=args.port, models=models, model_dir=args.model_dir, policy=args.policy,
+        api_keys=args.api_key, rate_limit_rpm=args.rate_limit_rpm, redis_url=args.redis_url,
+        max_requests=args.max_requests, max_retry=args.max_retry, max_body_bytes=args.max_body_bytes,
+        log_level=args.log_level, controllers=args.controller,
+        workers=[WorkerEntry.parse(w) for w in args.worker] if args.worker else None)
+    return load_settings(args.config, **overrides)
+
+
+def run_coordinator(args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+
+    from pydantic import ValidationError
+
+    from mindmotor.common.logging import setup_logging
+
+    setup_logging("coordinator", args.log_level or "INFO")
+    log = logging.getLogger("mindmotor.coordinator")
+    try:
+        settings = settings_from_args(args)
+    except (ValueError, ValidationError, FileNotFoundError) as exc:
+        log.error("bad coordinator settings", extra={"error": str(exc)})
+        return 2
+    setup_logging("coordinator", settings.log_level)
+    from .server import serve
+
+    try:
+        return asyncio.run(serve(settings))
+    except OSError as exc:  # the port is taken, ...
+        log.error("coordinator failed", extra={"error": f"{type(exc).__name__}: {exc}"})
+        return 1

@@ -1,0 +1,161 @@
+"""`CoordinatorSettings`: every setting of the coordinator, from (highest first) command-line flags,
+`MINDMOTOR_*` environment variables, a YAML file (`--config`), then the defaults below.
+
+    workers:                       # static instances (no controller yet)
+      - 10.0.0.5:50051
+      - {address: 10.0.0.6:50051, weight: 2, deployment: qwen, version: v2}
+    models: {qwen2-7b: /ckpt/qwen2-7b}   # served name -> checkpoint dir (tokenizer, chat template)
+    policy: least_load
+    traffic: {qwen2-7b: {v1: 90, v2: 10}}  # canary: 10% of the model's requests to version v2
+    api_keys: [sk-one, sk-two]
+
+Environment lists are comma-separated (`MINDMOTOR_API_KEYS=sk-one,sk-two`,
+`MINDMOTOR_WORKERS=10.0.0.5:50051,10.0.0.6:50051`) or JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import uuid
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic_settings import (BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict,
+                               YamlConfigSettingsSource)
+
+READY_PREFIX = "MINDMOTOR_COORDINATOR_READY"
+POLICY_NAMES = ("round_robin", "weighted_round_robin", "least_load", "cache_aware")
+
+
+class WorkerEntry(BaseModel):
+    """One statically configured worker."""
+    address: str
+    weight: float = Field(1.0, ge=0)
+    deployment: str = ""
+    version: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> "WorkerEntry":
+        """`ADDR` or `ADDR,weight=2,version=v2,deployment=qwen` (the `--worker` syntax)."""
+        address, *options = [part.strip() for part in text.split(",")]
+        fields: dict[str, Any] = {"address": address}
+        for option in options:
+            key, sep, value = option.partition("=")
+            if not sep or key not in ("weight", "deployment", "version"):
+                raise ValueError(f"bad worker option {option!r} in {text!r} "
+                                 "(expected weight=W, version=V or deployment=D)")
+            fields[key] = value
+        return cls(**fields)
+
+
+def _split_list(value: Any) -> Any:
+    if isinstance(value, str):
+        value = value.strip()
+        if value.startswith("["):
+            return json.loads(value)
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+class CoordinatorSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="MINDMOTOR_", extra="ignore", validate_default=True)
+
+    # serving
+    host: str = "0.0.0.0"
+    port: int = Field(8000, ge=0, le=65535)          # 0: pick a free port (see the ready line)
+    coordinator_id: str = Field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}-"
+                                                        f"{uuid.uuid4().hex[:6]}")
+    log_level: str = "INFO"
+
+    # instances and models
+    controllers: Annotated[list[str], NoDecode] = []  # controller addresses: the routing table from Watch
+    workers: Annotated[list[WorkerEntry], NoDecode] = []   # ... or static workers
+    models: dict[str, str] = {}                      # served model name -> checkpoint directory
+    model_dir: str | None = None                     # tokenizer for a model without its own entry
+    status_interval_s: float = Field(1.0, gt=0)      # how often each worker's Status is read
+    status_timeout_s: float = Field(1.0, gt=0)
+    suspect_s: float = Field(5.0, ge=0)              # a worker that failed a request is skipped this long
+
+    # routing
+    policy: str = "least_load"
+    model_policies: dict[str, str] = {}              # model -> policy, overriding `policy`
+    traffic: dict[str, dict[str, float]] = {}        # model -> version -> traffic weight
+    cache_aware_max_blocks: int = Field(200_000, ge=1)        # remembered block hashes per instance
+    cache_aware_balance_abs_tokens: int = Field(16384, ge=0)  # imbalance bound of cache_aware ...
+    cache_aware_balance_rel: float = Field(1.5, ge=1.0)       # ... (both must be exceeded)
+
+    # limits
+    max_body_bytes: int = Field(1 << 20, ge=1)       # MindIE's 1 MB
+    max_requests: int = Field(10000, ge=0)           # outstanding requests (choices) per model
+    max_n: int = Field(128, ge=1)
+    max_retry: int = Field(5, ge=0)                  # resubmissions of one request after failures
+    retry_after_s: int = Field(1, ge=0)              # the Retry-After of a full queue
+
+    # auth and rate limit
+    api_keys: Annotated[list[str], NoDecode] = []
+    rate_limit_rpm: float = Field(0.0, ge=0)         # requests per minute per key; 0: unlimited
+    rate_limit_burst: int | None = Field(None, ge=1)  # bucket size (default: one minute's worth)
+    redis_url: str | None = None                     # shared rate limit across coordinators
+    redis_prefix: str = "mindmotor:coordinator:ratelimit:"
+
+    @field_validator("workers", mode="before")
+    @classmethod
+    def _workers(cls, value: Any) -> Any:
+        value = _split_list(value)
+        return [WorkerEntry.parse(v) if isinstance(v, str) else v for v in (value or [])]
+
+    @field_validator("controllers", mode="before")
+    @classmethod
+    def _controllers(cls, value: Any) -> Any:
+        return [str(v) for v in (_split_list(value) or [])]
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _api_keys(cls, value: Any) -> Any:
+        return [str(v) for v in (_split_list(value) or [])]
+
+    @model_validator(mode="after")
+    def _check(self) -> "CoordinatorSettings":
+        for name in [self.policy, *self.model_policies.values()]:
+            if name not in POLICY_NAMES:
+                raise ValueError(f"unknown routing policy {name!r}; choose one of {', '.join(POLICY_NAMES)}")
+        for model, weights in self.traffic.items():
+            if any(w < 0 for w in weights.values()):
+                raise ValueError(f"traffic weights of {model!r} must not be negative")
+        for directory in [*self.models.values(), *([self.model_dir] if self.model_dir else [])]:
+            if not (Path(directory) / "tokenizer.json").is_file():
+                raise ValueError(f"{directory}: not a checkpoint directory (no tokenizer.json)")
+        return self
+
+    def policy_for(self, model: str) -> str:
+        return self.model_policies.get(model, self.policy)
+
+    def tokenizer_dir(self, model: str) -> str | None:
+        return self.models.get(model, self.model_dir)
+
+
+def load_settings(config_file: str | Path | None = None, **overrides: Any) -> CoordinatorSettings:
+    """Settings from `overrides` (flags), then the environment, then `config_file` (YAML).
+    ValueError (pydantic's ValidationError) for bad values, FileNotFoundError for a missing file."""
+    if config_file is not None and not Path(config_file).is_file():
+        raise FileNotFoundError(f"{config_file}: no such config file")
+
+    class _FromFile(CoordinatorSettings):
+        @classmethod
+        def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
+                                       file_secret_settings) -> tuple[PydanticBaseSettingsSource, ...]:
+            sources: tuple[PydanticBaseSettingsSource, ...] = (init_settings, env_settings)
+            if config_file is not None:
+                sources += (YamlConfigSettingsSource(settings_cls, yaml_file=config_file),)
+            return sources
+
+    loaded = _FromFile(**{k: v for k, v in overrides.items() if v is not None})
+    return CoordinatorSettings.model_construct(**dict(loaded))
+
+
+def ready_line(port: int) -> str:
+    """The one line the coordinator prints on stdout when it serves."""
+    return f"{READY_PREFIX} port={port}"

@@ -1,0 +1,188 @@
+"""`Generation`: one choice of one request, streamed from a worker — and from another one, with
+the prompt plus the tokens already produced, when that worker fails.
+
+A failure is a call ending in a retryable gRPC status (the worker died, was unreachable, or is
+draining), or a stream that ends without finishing or with finish_reason "abort" (a worker that
+cut its drain short). The failed instance is marked in the routing table (skipped for a while,
+listeners told) and the request goes to another instance, at most `max_retry` times. The client
+sees one stream: no token lost or repeated (for greedy sampling the tokens are exactly those of an
+undisturbed run; see `ResumedText` for the text).
+
+Closing the stream (the client went away) cancels the gRPC call, which aborts the request on
+the worker and frees its KV blocks.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from dataclasses import dataclass, field
+from typing import AsyncIterator
+
+import grpc
+
+from mindmotor.common.tokenizer import Tokenizer
+from mindmotor.protocol import worker_pb2 as pb
+
+from .channels import WorkerChannels
+from .errors import APIError, ServiceUnavailable
+from .failures import WorkerFailure, classify
+from .instances import InstanceView
+from .metrics import ChoiceTimer, CoordinatorMetrics
+from .resume import ResumedText
+from .router import Router
+from .routing import RouteRequest
+from .sampling import SamplingOptions
+
+log = logging.getLogger("mindmotor.coordinator")
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+
+
+@dataclass
+class Piece:
+    """What a choice adds to the client's stream."""
+    token_ids: list[int]
+    text: str
+    logprobs: list[pb.TokenLogprob] = field(default_factory=list)
+    finish_reason: str | None = None          # "stop" | "length" on the last piece
+    stop_reason: int | str | None = None      # the stop token id or stop string, for "stop"
+    usage: Usage | None = None                # on the last piece
+
+
+@dataclass
+class GenerationRequest:
+    request_id: str
+    model: str
+    prompt_token_ids: list[int]
+    sampling: SamplingOptions
+    max_new_tokens: int                       # resolved max_tokens (for the load estimate)
+    priority: int = 0
+
+
+class Generation:
+    def __init__(self, request: GenerationRequest, router: Router, channels: WorkerChannels,
+                 tokenizer: Tokenizer, metrics: CoordinatorMetrics, timer: ChoiceTimer, max_retry: int = 5):
+        self.request = request
+        self.router = router
+        self.channels = channels
+        self.tokenizer = tokenizer
+        self.metrics = metrics
+        self.timer = timer
+        self.max_retry = max_retry
+        self.produced: list[int] = []         # every token the client has been given
+        self.sent_chars = 0                   # characters of text the client has been given
+        self.failures = 0
+        self.instances: list[str] = []        # where each attempt went
+        self.route = RouteRequest(request.prompt_token_ids, request.max_new_tokens)
+
+    async def stream(self) -> AsyncIterator[Piece]:
+        """The pieces of this choice, the last one with finish_reason and usage."""
+        req = self.request
+        resumed: ResumedText | None = None
+        tried: set[str] = set()
+        while True:
+            instance = self._pick(tried)
+            tried.add(instance.instance_id)
+            self.instances.append(instance.instance_id)
+            try:
+                async for piece in self._attempt(instance, resumed):
+                    yield piece
+                    if piece.finish_reason is not None:
+                        self.timer.on_finish()
+                        return
+                raise WorkerFailure("the stream ended before the request finished")
+            except WorkerFailure as failure:
+                reason = failure.reason
+            self._on_failure(instance, reason)
+            if resumed is None:
+                resumed = ResumedText(self.tokenizer, req.prompt_token_ids, self.produced, self.sent_chars,
+                                      req.sampling.stop, req.sampling.include_stop_str_in_output)
+
+    def _pick(self, tried: set[str]) -> InstanceView:
+        try:
+            return self.router.pick(self.request.model, self.route, exclude=tried)
+        except ServiceUnavailable:
+            if not tried:
+                raise
+        # every instance has been tried once: any routable one again (failed ones are suspect)
+        return self.router.pick(self.request.model, self.route)
+
+    def _on_failure(self, instance: InstanceView, reason: str) -> None:
+        req = self.request
+        self.failures += 1
+        self.router.table.mark_failed(instance.instance_id, reason)
+        self.metrics.retries.labels(req.model, reason.split(":", 1)[0]).inc()
+        if self.produced:
+            self.metrics.migrations.labels(req.model).inc()
+        log.warning("worker failed the request; resubmitting", extra={
+            "instance_id": instance.instance_id, "reason": reason, "produced_tokens": len(self.produced),
+            "attempt": self.failures, "max_retry": self.max_retry})
+        if self.failures > self.max_retry:
+            raise ServiceUnavailable(f"the request failed on {self.failures} instances (last: {reason}); "
+                                     "giving up", code="max_retry_exceeded")
+
+    def _worker_request(self) -> pb.GenerateRequest:
+        req = self.request
+        # unique even when clients reuse an X-Request-Id: a clash on the worker is not its failure
+        attempt_id = f"{req.request_id}.{len(self.instances) - 1}.{secrets.token_hex(3)}"
+        out = pb.GenerateRequest(request_id=attempt_id,
+                                 sampling=req.sampling.to_proto(produced=len(self.produced)),
+                                 priority=req.priority)
+        out.prompt_token_ids.ids.extend(req.prompt_token_ids)
+        out.prompt_token_ids.ids.extend(self.produced)
+        return out
+
+    async def _attempt(self, instance: InstanceView, resumed: ResumedText | None) -> AsyncIterator[Piece]:
+        """The pieces from one worker; WorkerFailure when it fails (after yielding what it made)."""
+        req = self.request
+        cost = self.route.cost_tokens
+        call = self.channels.stub(instance.address).Generate(self._worker_request())
+        self.router.table.begin(instance.instance_id, cost)
+        self.metrics.routed.labels(req.model, instance.instance_id).inc()
+        try:
+            async for response in call:
+                if response.finish_reason == "abort":
+                    raise WorkerFailure("ABORTED: the worker aborted the request (draining)")
+                piece = self._piece(response, resumed)
+                self.timer.on_tokens(len(piece.token_ids))
+                yield piece
+                if piece.finish_reason is not None:
+                    return
+        except grpc.aio.AioRpcError as exc:
+            error = classify(exc)
+            if isinstance(error, APIError) and self.produced:
+                log.error("worker refused a resubmitted request", extra={"error": error.message})
+            raise error from None
+        finally:
+            call.cancel()
+            self.router.table.end(instance.instance_id, cost)
+
+    def _piece(self, response: pb.GenerateResponse, resumed: ResumedText | None) -> Piece:
+        token_ids = list(response.token_ids)
+        finish = response.finish_reason or None
+        kind = response.WhichOneof("stop_reason")
+        stop_reason = getattr(response, kind) if kind else None
+        if resumed is None:
+            text = response.text
+        else:
+            # a stop token (or EOS) ends the request without adding its text
+            decoded = token_ids[:-1] if finish == "stop" and not isinstance(stop_reason, str) else token_ids
+            text, stop = resumed.add(decoded, finished=finish is not None)
+            if stop is not None:
+                finish, stop_reason = "stop", stop
+        self.produced.extend(token_ids)
+        self.sent_chars += len(text)
+        piece = Piece(token_ids=token_ids, text=text, logprobs=list(response.logprobs),
+                      finish_reason=finish, stop_reason=stop_reason)
+        if finish is not None:
+            prompt = len(self.request.prompt_token_ids)
+            cached = response.usage.cached_tokens if response.HasField("usage") else 0
+            piece.usage = Usage(prompt_tokens=prompt, completion_tokens=len(self.produced),
+                                cached_tokens=min(cached, prompt))
+        return piece

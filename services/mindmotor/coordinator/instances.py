@@ -1,0 +1,134 @@
+"""`InstanceView` and `RoutingTable`: the instances the router may choose from.
+
+A source (the static `--worker` poller, or later the controller's routing-table stream) writes
+views into the table: `upsert` one instance or `replace` them all. The table adds what only this
+coordinator knows: the tokens of the requests it has in flight on each instance (for
+`least_load`), and instances it saw fail (skipped for `suspect_s` whatever the source says).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+log = logging.getLogger("mindmotor.coordinator")
+
+ROUTABLE_ROLES = ("mixed",)
+
+
+@dataclass(frozen=True)
+class InstanceView:
+    instance_id: str
+    address: str
+    model: str = ""
+    role: str = "mixed"
+    healthy: bool = True                 # the source's word: reachable and taking requests
+    weight: float = 1.0
+    deployment: str = ""
+    version: str = ""
+    max_model_len: int = 0
+    block_size: int = 16
+    running: int = 0                     # as the instance last reported
+    waiting: int = 0
+    kv_usage: float = 0.0
+    outstanding_tokens: int = 0          # filled in by the table: this coordinator's in-flight tokens
+    in_flight: int = 0                   # ... and requests
+
+    @property
+    def reported_queue(self) -> int:
+        return self.running + self.waiting
+
+
+@dataclass
+class _Local:
+    outstanding_tokens: int = 0
+    in_flight: int = 0
+    suspect_until: float = 0.0
+
+
+class RoutingTable:
+    def __init__(self, suspect_s: float = 5.0, clock: Callable[[], float] = time.monotonic):
+        self.suspect_s = suspect_s
+        self.clock = clock
+        self._views: dict[str, InstanceView] = {}
+        self._local: dict[str, _Local] = {}
+        self._failure_listeners: list[Callable[[InstanceView, str], None]] = []
+
+    # ---- written by a source --------------------------------------------------------------
+    def upsert(self, view: InstanceView) -> None:
+        self._views[view.instance_id] = view
+
+    def replace(self, views: Iterable[InstanceView]) -> None:
+        """The whole table at once (a controller's routing table): instances not in it are gone."""
+        self._views = {v.instance_id: v for v in views}
+        for gone in set(self._local) - set(self._views):
+            if self._local[gone].in_flight == 0:
+                del self._local[gone]
+
+    def remove(self, instance_id: str) -> None:
+        self._views.pop(instance_id, None)
+
+    # ---- read by the router and the routes -----------------------------------------------
+    def get(self, instance_id: str) -> InstanceView | None:
+        return self._views.get(instance_id)
+
+    def all(self) -> list[InstanceView]:
+        return sorted(self._views.values(), key=lambda v: v.instance_id)
+
+    def is_routable(self, view: InstanceView) -> bool:
+        local = self._local.get(view.instance_id)
+        return (view.healthy and view.role in ROUTABLE_ROLES
+                and (local is None or local.suspect_until <= self.clock()))
+
+    def candidates(self, model: str) -> list[InstanceView]:
+        """Routable instances of `model`, sorted by id, with this coordinator's load filled in."""
+        out = []
+        for view in self.all():
+            if view.model != model or not self.is_routable(view):
+                continue
+            local = self._local.get(view.instance_id)
+            if local is not None and (local.outstanding_tokens or local.in_flight):
+                view = dataclasses.replace(view, outstanding_tokens=local.outstanding_tokens,
+                                           in_flight=local.in_flight)
+            out.append(view)
+        return out
+
+    def models(self) -> dict[str, list[InstanceView]]:
+        """Every model any known instance serves (routable or not) -> its instances."""
+        by_model: dict[str, list[InstanceView]] = {}
+        for view in self.all():
+            if view.model:
+                by_model.setdefault(view.model, []).append(view)
+        return by_model
+
+    def has_routable(self, model: str | None = None) -> bool:
+        return any(self.is_routable(v) and (model is None or v.model == model) for v in self._views.values())
+
+    # ---- this coordinator's own bookkeeping ---------------------------------------------
+    def begin(self, instance_id: str, tokens: int) -> None:
+        local = self._local.setdefault(instance_id, _Local())
+        local.outstanding_tokens += tokens
+        local.in_flight += 1
+
+    def end(self, instance_id: str, tokens: int) -> None:
+        local = self._local.get(instance_id)
+        if local is not None:
+            local.outstanding_tokens = max(0, local.outstanding_tokens - tokens)
+            local.in_flight = max(0, local.in_flight - 1)
+
+    def mark_failed(self, instance_id: str, reason: str) -> None:
+        """Skip the instance for `suspect_s` and tell the listeners (e.g. the controller)."""
+        local = self._local.setdefault(instance_id, _Local())
+        local.suspect_until = self.clock() + self.suspect_s
+        view = self._views.get(instance_id)
+        log.warning("instance failed; not routed to for a while",
+                    extra={"instance_id": instance_id, "reason": reason, "suspect_s": self.suspect_s})
+        if view is not None:
+            for listener in self._failure_listeners:
+                listener(view, reason)
+
+    def on_failure(self, listener: Callable[[InstanceView, str], None]) -> None:
+        self._failure_listeners.append(listener)

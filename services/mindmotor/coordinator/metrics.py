@@ -1,0 +1,72 @@
+"""The coordinator's Prometheus metrics, in a registry of its own (served at GET /metrics)."""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120)
+TOKEN_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56)
+
+
+class CoordinatorMetrics:
+    def __init__(self) -> None:
+        self.registry = r = CollectorRegistry()
+        p = "mindmotor_coordinator_"
+        self.requests = Counter(p + "requests_total", "HTTP requests by endpoint, model and status",
+                                ["endpoint", "model", "status"], registry=r)
+        self.ttft = Histogram(p + "time_to_first_token_seconds", "from arrival to the first token",
+                              ["model"], buckets=LATENCY_BUCKETS, registry=r)
+        self.itl = Histogram(p + "inter_token_latency_seconds", "between two chunks of tokens of a choice",
+                             ["model"], buckets=TOKEN_LATENCY_BUCKETS, registry=r)
+        self.tpot = Histogram(p + "time_per_output_token_seconds", "(e2e - ttft) / (tokens - 1) per choice",
+                              ["model"], buckets=TOKEN_LATENCY_BUCKETS, registry=r)
+        self.e2e = Histogram(p + "e2e_request_latency_seconds", "from arrival to the last token of a choice",
+                             ["model"], buckets=LATENCY_BUCKETS, registry=r)
+        self.outstanding = Gauge(p + "outstanding_requests", "admitted choices not yet finished (queue size)",
+                                 ["model"], registry=r)
+        self.rejected = Counter(p + "rejected_total", "requests refused before routing", ["reason"], registry=r)
+        self.retries = Counter(p + "retries_total", "resubmissions after a worker failure",
+                               ["model", "reason"], registry=r)
+        self.migrations = Counter(p + "migrations_total",
+                                  "resubmissions that carried already produced tokens", ["model"], registry=r)
+        self.routed = Counter(p + "routed_total", "worker requests sent, per instance",
+                              ["model", "instance"], registry=r)
+        self.prompt_tokens = Counter(p + "prompt_tokens_total", "", ["model"], registry=r)
+        self.generation_tokens = Counter(p + "generation_tokens_total", "", ["model"], registry=r)
+        self.instances = Gauge(p + "routable_instances", "routable instances per model", ["model"], registry=r)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class ChoiceTimer:
+    """Latency of one choice: TTFT, the gaps between chunks, TPOT and end to end."""
+
+    def __init__(self, metrics: CoordinatorMetrics, model: str, arrival: float):
+        self.metrics = metrics
+        self.model = model
+        self.arrival = arrival
+        self.first: float | None = None
+        self.last: float | None = None
+        self.tokens = 0
+
+    def on_tokens(self, n: int) -> None:
+        if n <= 0:
+            return
+        now = time.perf_counter()
+        if self.first is None:
+            self.first = now
+            self.metrics.ttft.labels(self.model).observe(now - self.arrival)
+        elif self.last is not None:
+            self.metrics.itl.labels(self.model).observe(now - self.last)
+        self.last = now
+        self.tokens += n
+
+    def on_finish(self) -> None:
+        now = time.perf_counter()
+        self.metrics.e2e.labels(self.model).observe(now - self.arrival)
+        self.metrics.generation_tokens.labels(self.model).inc(self.tokens)
+        if self.first is not None and self.tokens > 1:
+            self.metrics.tpot.labels(self.model).observe((now - self.first) / (self.tokens - 1))

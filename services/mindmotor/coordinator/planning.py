@@ -1,0 +1,45 @@
+"""From a validated request to running generations: the context check per prompt (400), an
+instance must exist (503), admission (429), then one `Generation` per choice — choice j of a
+prompt gets seed + j when a seed is given."""
+
+from __future__ import annotations
+
+import time
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from .errors import BadRequest
+from .fanout import ChoiceSet
+from .generation import Generation, GenerationRequest
+from .metrics import ChoiceTimer
+from .models import ServedModel
+from .prompts import Prompt, resolve_max_tokens
+from .respond import OutputFormat, respond
+from .router import NoInstanceAvailable
+from .sampling import SamplingOptions
+from .state import Coordinator
+
+
+async def generate(c: Coordinator, request: Request, request_id: str, model: ServedModel, prompts: list[Prompt],
+                   sampling: SamplingOptions, n: int, priority: int, fmt: OutputFormat, stream: bool,
+                   include_usage: bool) -> Response:
+    arrival = time.perf_counter()
+    if n > c.settings.max_n:
+        raise BadRequest(f"n must be at most {c.settings.max_n}, got {n}", param="n", code="invalid_value")
+    max_new = [resolve_max_tokens(len(p.token_ids), sampling.max_tokens, model.max_model_len) for p in prompts]
+    if not c.table.has_routable(model.name):
+        raise NoInstanceAvailable(model.name)
+    ticket = c.admission.admit(model.name, len(prompts) * n)
+    generations, prompt_indices = [], []
+    for p_index, prompt in enumerate(prompts):
+        c.metrics.prompt_tokens.labels(model.name).inc(len(prompt.token_ids))
+        for j in range(n):
+            index = len(generations)
+            req = GenerationRequest(request_id=f"{request_id}-{index}", model=model.name,
+                                    prompt_token_ids=prompt.token_ids, sampling=sampling.for_choice(j),
+                                    max_new_tokens=max_new[p_index], priority=priority)
+            generations.append(Generation(req, c.router, c.channels, model.tokenizer, c.metrics,
+                                          ChoiceTimer(c.metrics, model.name, arrival), c.settings.max_retry))
+            prompt_indices.append(p_index)
+    return await respond(request, ChoiceSet(generations), prompt_indices, fmt, stream, include_usage, ticket)

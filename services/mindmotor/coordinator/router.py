@@ -1,0 +1,58 @@
+"""`Router`: picks the instance for one request of a model — a deployment version by its traffic
+weight first (when the model has weights), then an instance of it by the model's policy — and
+keeps this coordinator's per-instance load (outstanding tokens) while the request runs."""
+
+from __future__ import annotations
+
+from typing import Callable, Collection
+
+from .errors import ServiceUnavailable
+from .instances import InstanceView, RoutingTable
+from .routing import Policy, RouteRequest
+from .routing.versions import VersionSplit
+
+
+class NoInstanceAvailable(ServiceUnavailable):
+    def __init__(self, model: str):
+        super().__init__(f"no healthy instance serves model {model!r} right now; retry later",
+                         code="no_instance_available")
+        self.model = model
+
+
+class Router:
+    def __init__(self, table: RoutingTable, make_policy: Callable[[str], Policy],
+                 traffic: dict[str, dict[str, float]] | None = None,
+                 on_routed: Callable[[str, InstanceView], None] | None = None):
+        self.table = table
+        self._make_policy = make_policy
+        self._traffic = traffic or {}
+        self._policies: dict[tuple[str, str], Policy] = {}
+        self._splits: dict[str, VersionSplit] = {}
+        self._on_routed = on_routed
+
+    def policy(self, model: str, version: str = "") -> Policy:
+        key = (model, version)
+        policy = self._policies.get(key)
+        if policy is None:
+            policy = self._policies[key] = self._make_policy(model)
+        return policy
+
+    def pick(self, model: str, request: RouteRequest, exclude: Collection[str] = ()) -> InstanceView:
+        """The instance to send `request` to (not one of `exclude`); NoInstanceAvailable if none."""
+        candidates = [c for c in self.table.candidates(model) if c.instance_id not in exclude]
+        if not candidates:
+            raise NoInstanceAvailable(model)
+        version = ""
+        weights = self._traffic.get(model)
+        if weights:
+            split = self._splits.get(model)
+            if split is None:
+                split = self._splits[model] = VersionSplit(weights)
+            candidates = split.choose(candidates)
+            version = candidates[0].version
+        policy = self.policy(model, version)
+        choice = policy.choose(candidates, request)
+        policy.on_routed(choice, request)
+        if self._on_routed is not None:
+            self._on_routed(model, choice)
+        return choice

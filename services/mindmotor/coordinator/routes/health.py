@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+from fastapi import APIRouter
+from starlette.responses import JSONResponse, Response
+
+from ..state import CoordinatorDep
+
+router = APIRouter()
+
+
+def _instances(c) -> dict:
+    return {v.instance_id: {"model": v.model, "healthy": v.healthy, "routable": c.table.is_routable(v)}
+            for v in c.table.all()}
+
+
+@router.get("/health")
+async def health(c: CoordinatorDep):
+    """200 when at least one instance can take requests, else 503."""
+    ok = c.table.has_routable()
+    return JSONResponse({"status": "ok" if ok else "no_healthy_instance", "instances": _instances(c)},
+                        status_code=200 if ok else 503)
+
+
+@router.get("/ready")
+async def ready(c: CoordinatorDep):
+    """200 once started and every served model has a routable instance."""
+    names = c.catalog.names()
+    missing = [m for m in names if not c.table.has_routable(m)]
+    ok = c.started and bool(names) and not missing
+    return JSONResponse({"ready": ok, "models": names, "models_without_instance": missing},
+                        status_code=200 if ok else 503)
+
+
+@router.get("/metrics")
+async def metrics(c: CoordinatorDep):
+    for name in c.catalog.names():
+        c.metrics.instances.labels(name).set(sum(1 for v in c.table.candidates(name)))
+    return Response(c.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")

@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from ..errors import BadRequest
+from ..prompts import chat_text
+from ..schemas import DetokenizeRequest, TokenizeRequest
+from ..state import CoordinatorDep
+
+router = APIRouter()
+
+
+@router.post("/tokenize")
+async def tokenize(body: TokenizeRequest, request: Request, c: CoordinatorDep):
+    model = c.catalog.resolve(body.model)
+    request.state.model = model.name
+    if (body.prompt is None) == (body.messages is None):
+        raise BadRequest("give exactly one of 'prompt' and 'messages'", param="prompt")
+    text = body.prompt if body.prompt is not None else chat_text(body.messages, model.tokenizer,
+                                                                 body.add_generation_prompt)
+    tokens = model.tokenizer.encode(text)
+    out = {"count": len(tokens), "max_model_len": model.max_model_len or None, "tokens": tokens}
+    if body.return_token_strs:
+        out["token_strs"] = [model.tokenizer.id_to_token(t) for t in tokens]
+    return out
+
+
+@router.post("/detokenize")
+async def detokenize(body: DetokenizeRequest, request: Request, c: CoordinatorDep):
+    model = c.catalog.resolve(body.model)
+    request.state.model = model.name
+    vocab = model.tokenizer.vocab_size
+    bad = [t for t in body.tokens if not 0 <= t < vocab]
+    if bad:
+        raise BadRequest(f"token ids {bad[:5]} are outside the vocabulary [0, {vocab})", param="tokens")
+    return {"prompt": model.tokenizer.decode(body.tokens)}

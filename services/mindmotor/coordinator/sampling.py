@@ -1,0 +1,83 @@
+"""`SamplingOptions`: the sampling part of an OpenAI request, checked with the engine's own rules
+before any worker sees it, and turned into the worker's `SamplingParams` — also for a resubmission
+after `produced` tokens (fewer tokens left to make, fewer still required)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from mindmotor.engine.sampling_params import SamplingParams
+from mindmotor.protocol import worker_pb2 as pb
+
+from .errors import BadRequest
+
+
+@dataclass(frozen=True)
+class SamplingOptions:
+    max_tokens: int | None = 16          # None: up to the model's context
+    temperature: float | None = None     # None: the engine's default (1.0)
+    top_p: float | None = None
+    top_k: int = -1
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+    min_tokens: int = 0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logprobs: int | None = None          # top alternatives per token; 0: the chosen token only
+    include_stop_str_in_output: bool = False
+
+    def __post_init__(self):
+        try:
+            SamplingParams(max_tokens=self.max_tokens, top_k=self.top_k, seed=self.seed, stop=list(self.stop),
+                           stop_token_ids=list(self.stop_token_ids), ignore_eos=self.ignore_eos,
+                           min_tokens=self.min_tokens, presence_penalty=self.presence_penalty,
+                           frequency_penalty=self.frequency_penalty, logprobs=self.logprobs,
+                           **{k: v for k, v in (("temperature", self.temperature), ("top_p", self.top_p))
+                              if v is not None})
+        except (ValueError, TypeError) as exc:
+            first_word = str(exc).split(" ", 1)[0]
+            param = first_word if first_word in _FIELDS else None
+            raise BadRequest(str(exc), param=param, code="invalid_value") from exc
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0 or self.top_k == 1
+
+    def for_choice(self, index: int) -> "SamplingOptions":
+        """Choice `index` of n: its own seed (seed + index) when a seed is given."""
+        if self.seed is None or index == 0:
+            return self
+        return dataclasses.replace(self, seed=(self.seed + index) % (2**63))
+
+    def to_proto(self, produced: int = 0) -> pb.SamplingParams:
+        p = pb.SamplingParams(top_k=self.top_k, stop=list(self.stop), stop_token_ids=list(self.stop_token_ids),
+                              ignore_eos=self.ignore_eos, min_tokens=max(0, self.min_tokens - produced),
+                              presence_penalty=self.presence_penalty, frequency_penalty=self.frequency_penalty,
+                              include_stop_str_in_output=self.include_stop_str_in_output)
+        if self.max_tokens is not None:
+            p.max_tokens = max(1, self.max_tokens - produced)
+        if self.temperature is not None:
+            p.temperature = self.temperature
+        if self.top_p is not None:
+            p.top_p = self.top_p
+        if self.seed is not None:
+            p.seed = self.seed
+        if self.logprobs is not None:
+            p.logprobs = self.logprobs
+        return p
+
+
+_FIELDS = frozenset(f.name for f in dataclasses.fields(SamplingOptions))
+
+
+def sampling_from_request(body, max_tokens: int | None, logprobs: int | None) -> SamplingOptions:
+    """The SamplingOptions of a completions or chat request body (`schemas._Sampling`)."""
+    return SamplingOptions(
+        max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p,
+        top_k=body.top_k if body.top_k is not None else -1, seed=body.seed, stop=tuple(body.stop or ()),
+        stop_token_ids=tuple(body.stop_token_ids or ()), ignore_eos=body.ignore_eos, min_tokens=body.min_tokens,
+        presence_penalty=body.presence_penalty, frequency_penalty=body.frequency_penalty, logprobs=logprobs,
+        include_stop_str_in_output=body.include_stop_str_in_output)

@@ -1,0 +1,136 @@
+"""The request bodies of the HTTP API (OpenAI's, plus vLLM-style tokenize/detokenize), as pydantic
+models: types and ranges are checked here, so a bad field is a 400 naming it. Responses are built
+as plain dicts (formats in `completion_format` and `chat_format`). Unknown fields are ignored.
+
+Extensions to OpenAI's fields (vLLM's names): `top_k`, `ignore_eos`, `min_tokens`, `priority`
+(lower runs first), `stop_token_ids`, `include_stop_str_in_output`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
+
+MAX_STOP = 16
+MAX_LOGPROBS = 20
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class StreamOptions(_Body):
+    include_usage: StrictBool = False
+
+
+class _Sampling(_Body):
+    """Fields common to both generation endpoints."""
+    model: str = ""
+    n: int = Field(1, ge=1)
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=-1)
+    seed: int | None = Field(None, ge=-(2**63), lt=2**64)
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    user: str | None = None
+    stream: StrictBool = False
+    stream_options: StreamOptions | None = None
+    ignore_eos: StrictBool = False
+    min_tokens: int = Field(0, ge=0)
+    priority: int = Field(0, ge=-(2**31), lt=2**31)
+    include_stop_str_in_output: StrictBool = False
+    logit_bias: dict[str, float] | None = None
+
+    @field_validator("stop")
+    @classmethod
+    def _stop(cls, value):
+        stops = [value] if isinstance(value, str) else list(value or [])
+        if len(stops) > MAX_STOP:
+            raise ValueError(f"at most {MAX_STOP} stop sequences are allowed")
+        if any(not s for s in stops):
+            raise ValueError("stop sequences must not be empty")
+        return stops
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _logit_bias(cls, value):
+        if value:
+            raise ValueError("logit_bias is not supported")
+        return value
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream and self.stream_options and self.stream_options.include_usage)
+
+
+PromptType = Union[str, list[str], list[int], list[list[int]]]
+
+
+class CompletionRequest(_Sampling):
+    prompt: PromptType
+    max_tokens: int | None = Field(16, ge=1)
+    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    echo: StrictBool = False
+    suffix: str | None = None
+    best_of: int | None = None
+
+    @field_validator("suffix")
+    @classmethod
+    def _suffix(cls, value):
+        if value:
+            raise ValueError("suffix is not supported")
+        return value
+
+    @field_validator("best_of")
+    @classmethod
+    def _best_of(cls, value):
+        if value not in (None, 1):
+            raise ValueError("best_of is not supported (use n)")
+        return value
+
+
+class TextPart(_Body):
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(_Body):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+
+    def text(self) -> str:
+        if isinstance(self.content, list):
+            return "".join(part.text for part in self.content)
+        return self.content or ""
+
+
+class ChatCompletionRequest(_Sampling):
+    messages: list[ChatMessage] = Field(..., min_length=1)
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: StrictBool = False
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    add_generation_prompt: StrictBool = True
+
+    @property
+    def max_new_tokens(self) -> int | None:
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+
+class TokenizeRequest(_Body):
+    """Either `prompt` (text) or `messages` (through the chat template)."""
+    model: str = ""
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+    add_generation_prompt: StrictBool = True
+    return_token_strs: StrictBool = False
+
+
+class DetokenizeRequest(_Body):
+    model: str = ""
+    tokens: list[int]

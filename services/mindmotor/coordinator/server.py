@@ -1,0 +1,65 @@
+"""Run the coordinator on uvicorn: bind (port 0 picks a free one), serve, print
+`MINDMOTOR_COORDINATOR_READY port=N` once serving; SIGTERM/SIGINT stop it gracefully (uvicorn
+stops accepting, lets open responses finish for up to `GRACEFUL_S`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import socket
+import sys
+
+import uvicorn
+
+from .app import create_app
+from .config import CoordinatorSettings, ready_line
+
+GRACEFUL_S = 30
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    return sock
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server without its signal handling (which re-raises the signal after shutdown, so
+    the process would not exit 0): `serve` below handles the signals."""
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        yield
+
+
+def make_server(app, log_level: str = "warning") -> uvicorn.Server:
+    config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on", log_level=log_level.lower(),
+                            timeout_graceful_shutdown=GRACEFUL_S, timeout_keep_alive=30)
+    return _Server(config)
+
+
+def _on_signal(server: uvicorn.Server) -> None:
+    """The first SIGTERM/SIGINT stops gracefully, a second one at once."""
+    if server.should_exit:
+        server.force_exit = True
+    server.should_exit = True
+
+
+async def serve(settings: CoordinatorSettings) -> int:
+    sock = bind_socket(settings.host, settings.port)
+    port = sock.getsockname()[1]
+    server = make_server(create_app(settings), settings.log_level)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, _on_signal, server)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started and not task.done():
+        await asyncio.sleep(0.01)
+    if server.started:
+        print(ready_line(port), file=sys.stdout, flush=True)
+    await task
+    return 0 if server.started else 1

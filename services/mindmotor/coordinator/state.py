@@ -1,0 +1,44 @@
+"""`Coordinator`: everything a request handler needs, built once by the app; `CoordinatorDep`
+is the typed FastAPI dependency that hands it to a route."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from .admission import Admission
+from .auth import APIKeys
+from .channels import WorkerChannels
+from .config import CoordinatorSettings
+from .instances import RoutingTable
+from .metrics import CoordinatorMetrics
+from .models import ModelCatalog
+from .rate_limit import RateLimiter
+from .router import Router
+
+
+@dataclass
+class Coordinator:
+    settings: CoordinatorSettings
+    table: RoutingTable
+    router: Router
+    channels: WorkerChannels
+    catalog: ModelCatalog
+    admission: Admission
+    metrics: CoordinatorMetrics
+    keys: APIKeys
+    limiter: RateLimiter | None
+    started: bool = False          # the first look at the instances is done
+
+
+def get_coordinator(request: Request) -> Coordinator:
+    return request.app.state.coordinator
+
+
+CoordinatorDep = Annotated[Coordinator, Depends(get_coordinator)]
+
+
+def request_id(request: Request) -> str:
+    return request.scope.get("state", {}).get("request_id") or "unknown"

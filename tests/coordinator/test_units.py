@@ -1,0 +1,145 @@
+"""Small parts on their own: settings, API keys, the token bucket, sampling options, the text of a
+resumed request."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from mindmotor.common.tokenizer import IncrementalDetokenizer, Tokenizer
+from mindmotor.coordinator.auth import APIKeys
+from mindmotor.coordinator.config import CoordinatorSettings, WorkerEntry, load_settings
+from mindmotor.coordinator.errors import BadRequest, Unauthorized
+from mindmotor.coordinator.rate_limit import MemoryRateLimiter
+from mindmotor.coordinator.resume import ResumedText
+from mindmotor.coordinator.sampling import SamplingOptions
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    for name in ("MINDMOTOR_API_KEYS", "MINDMOTOR_WORKERS", "MINDMOTOR_POLICY", "MINDMOTOR_PORT"):
+        monkeypatch.delenv(name, raising=False)
+
+
+# ---- settings --------------------------------------------------------------------------------
+def test_worker_entry_syntax():
+    assert WorkerEntry.parse("10.0.0.5:50051") == WorkerEntry(address="10.0.0.5:50051")
+    e = WorkerEntry.parse("h:1,weight=2.5,version=v2,deployment=qwen")
+    assert (e.weight, e.version, e.deployment) == (2.5, "v2", "qwen")
+    with pytest.raises(ValueError):
+        WorkerEntry.parse("h:1,colour=red")
+
+
+def test_flags_beat_env_beat_yaml(tmp_path, monkeypatch, tiny_ckpt):
+    config = tmp_path / "coordinator.yaml"
+    config.write_text(f"""
+port: 9000
+policy: round_robin
+model_dir: {tiny_ckpt}
+workers: [a:1, {{address: "b:2", weight: 3, version: v2}}]
+traffic: {{tiny: {{v1: 9, v2: 1}}}}
+api_keys: [from-yaml]
+max_requests: 7
+""")
+    s = load_settings(config)
+    assert (s.port, s.policy, s.max_requests, s.api_keys) == (9000, "round_robin", 7, ["from-yaml"])
+    assert [w.address for w in s.workers] == ["a:1", "b:2"] and s.workers[1].weight == 3
+    assert s.traffic == {"tiny": {"v1": 9, "v2": 1}}
+    monkeypatch.setenv("MINDMOTOR_API_KEYS", "k1, k2")
+    monkeypatch.setenv("MINDMOTOR_POLICY", "cache_aware")
+    monkeypatch.setenv("MINDMOTOR_WORKERS", "c:3,d:4")
+    s = load_settings(config)
+    assert s.api_keys == ["k1", "k2"] and s.policy == "cache_aware" and [w.address for w in s.workers] == ["c:3", "d:4"]
+    s = load_settings(config, policy="least_load", port=0)
+    assert s.policy == "least_load" and s.port == 0 and s.max_requests == 7
+
+
+def test_bad_settings_fail_fast(tmp_path):
+    with pytest.raises(ValidationError, match="unknown routing policy"):
+        CoordinatorSettings(policy="random")
+    with pytest.raises(ValidationError, match="not a checkpoint directory"):
+        CoordinatorSettings(model_dir=str(tmp_path))
+    with pytest.raises(FileNotFoundError):
+        load_settings(tmp_path / "missing.yaml")
+
+
+# ---- auth and rate limit -----------------------------------------------------------------------
+def test_api_keys_check():
+    keys = APIKeys(["sk-1", "sk-2"])
+    assert keys.enabled and not APIKeys([]).enabled
+    assert keys.check("Bearer sk-2") == keys.check("bearer  sk-2")
+    for header in (None, "", "Bearer ", "sk-1", "Token sk-1", "Bearer sk-3"):
+        with pytest.raises(Unauthorized):
+            keys.check(header)
+
+
+def test_memory_token_bucket_exact():
+    now = [0.0]
+    limiter = MemoryRateLimiter(rpm=60, burst=2, clock=lambda: now[0])      # 1 token per second
+    take = limiter._take
+    assert [take("k").allowed for _ in range(3)] == [True, True, False]
+    assert take("k").retry_after_s == pytest.approx(1.0)
+    assert take("other").allowed
+    now[0] = 0.5
+    assert not take("k").allowed and take("k").retry_after_s == pytest.approx(0.5)
+    now[0] = 1.0
+    assert take("k").allowed and not take("k").allowed
+    now[0] = 100.0
+    assert [take("k").allowed for _ in range(3)] == [True, True, False]   # capped at the burst
+
+
+# ---- sampling ----------------------------------------------------------------------------------
+def test_sampling_options_validate_and_resume():
+    with pytest.raises(BadRequest, match="temperature"):
+        SamplingOptions(temperature=2.5)
+    opts = SamplingOptions(max_tokens=20, min_tokens=5, seed=10, temperature=0.0, logprobs=2, stop=("x",))
+    p = opts.to_proto(produced=8)
+    assert (p.max_tokens, p.min_tokens, p.seed, p.temperature, p.logprobs, list(p.stop)) == (12, 0, 10, 0.0, 2, ["x"])
+    assert not SamplingOptions(max_tokens=None).to_proto().HasField("max_tokens")
+    assert [opts.for_choice(i).seed for i in range(3)] == [10, 11, 12]
+    assert SamplingOptions(seed=None).for_choice(2).seed is None
+
+
+# ---- the text of a resumed request ---------------------------------------------------------
+@pytest.fixture(scope="module")
+def tok(tiny_ckpt):
+    return Tokenizer.from_dir(tiny_ckpt)
+
+
+def worker_text(tok, prompt, ids):
+    """What a worker would have sent for `ids` (its detokenizer not flushed: held-back bytes unsent)."""
+    detok = IncrementalDetokenizer(tok, prompt)
+    return "".join(detok.add([t]) for t in ids)
+
+
+def byte_split_point(tok, ids):
+    """An index where `ids[:i]` ends inside a multi-byte character."""
+    for i in range(1, len(ids)):
+        if tok.decode(ids[:i]).endswith("\ufffd"):
+            return i
+    pytest.skip("the tokenizer has no token boundary inside a character here")
+
+
+def test_resumed_text_completes_a_character_split_between_workers(tok):
+    prompt = tok.encode("Say: ")
+    ids = tok.encode("ab 你好 😀 cd")
+    cut = byte_split_point(tok, ids)
+    sent = worker_text(tok, prompt, ids[:cut])
+    resumed = ResumedText(tok, prompt, ids[:cut], len(sent))
+    rest = "".join(resumed.add([t], finished=False)[0] for t in ids[cut:-1])
+    rest += resumed.add(ids[-1:], finished=True)[0]
+    assert sent + rest == "ab 你好 😀 cd"
+
+
+def test_resumed_text_finds_a_stop_string_across_the_move_and_releases_held_text(tok):
+    prompt = tok.encode("x")
+    ids = tok.encode("hello world, stop here")
+    cut = len(tok.encode("hello wor"))
+    assert tok.decode(ids[:cut]) == "hello wor"
+    sent = len("hello wor") - (len("world") - 1)                      # the old worker held " wor" back
+    resumed = ResumedText(tok, prompt, ids[:cut], sent, stop=["world"])
+    delta, stop = resumed.add(ids[cut:], finished=False)
+    assert (delta, stop) == (" ", "world")                           # the text ends right before it
+    resumed = ResumedText(tok, prompt, ids[:cut], sent, stop=["zzz"])
+    delta, stop = resumed.add(ids[cut:], finished=True)
+    assert stop is None and "hello wor"[:sent] + delta == "hello world, stop here"
