@@ -1,0 +1,44 @@
+"""`mindmotor up [--port 8000] [--config FILE]`: the whole platform on this machine."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("up", help="start controller, workers and coordinator",
+                                   description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default=None, metavar="FILE.yaml",
+                        help="platform settings (see mindmotor/launcher/config.py)")
+    parser.add_argument("--host", default=None, help="where every service listens (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=None, help="the API port (default: 8000; 0: free)")
+    parser.add_argument("--workers", type=int, default=None, help="workers for the (first) model (default: 2)")
+    parser.add_argument("--model", default=None, help="checkpoint directory (default: the bundled demo)")
+    parser.add_argument("--timing", choices=("realtime", "virtual"), default=None)
+    parser.add_argument("--log-level", default="INFO")
+    parser.set_defaults(func=run_up)
+
+
+def run_up(args: argparse.Namespace) -> int:
+    import logging
+
+    from pydantic import ValidationError
+
+    from mindmotor.common.logging import setup_logging
+
+    from .config import PlatformConfig
+    from .up import run
+
+    setup_logging("up", args.log_level)
+    try:
+        config = PlatformConfig.load(args.config, host=args.host, port=args.port)
+        first = config.models[0]
+        changes = {k: v for k, v in {"workers": args.workers, "path": args.model,
+                                     "timing": args.timing}.items() if v is not None}
+        if changes:
+            config.models[0] = first.model_copy(update=changes)
+            config = PlatformConfig.model_validate(config.model_dump())
+    except (ValidationError, ValueError, OSError) as exc:
+        logging.getLogger("mindmotor.up").error("bad platform config", extra={"error": str(exc)})
+        return 2
+    return run(config)

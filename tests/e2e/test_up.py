@@ -1,0 +1,91 @@
+"""`mindmotor up` as a user runs it: the official openai client against the whole platform
+(controller, two workers, coordinator as real processes), then Ctrl-C stops everything."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import openai
+import pytest
+
+from mindmotor.launcher.process import ChildProcess
+
+
+@pytest.fixture(scope="module")
+def platform(e2e_model, tmp_path_factory):
+    logs = tmp_path_factory.mktemp("up")
+    up = ChildProcess("up", ["up", "--model", str(e2e_model), "--port", "0", "--timing", "virtual",
+                             "--workers", "2"], "MINDMOTOR_UP_READY", logs / "up.log")
+    try:
+        up.wait_ready(180)
+        yield up
+    finally:
+        up.kill()
+
+
+@pytest.fixture(scope="module")
+def client(platform):
+    return openai.OpenAI(base_url=platform.ready["url"] + "/v1", api_key="unused", max_retries=0)
+
+
+def test_models_lists_the_served_model(client, e2e_model):
+    (model,) = client.models.list().data
+    assert model.id == e2e_model.name and model.owned_by == "mindmotor"
+
+
+def test_completions_chat_streaming_n_and_stop(client, e2e_model):
+    name = e2e_model.name
+    greedy = client.completions.create(model=name, prompt="def add(a, b):", max_tokens=12, temperature=0)
+    assert greedy.choices[0].finish_reason in ("length", "stop") and greedy.usage.prompt_tokens > 0
+    assert 0 < greedy.usage.completion_tokens <= 12
+
+    chunks = list(client.completions.create(model=name, prompt="def add(a, b):", max_tokens=12, temperature=0,
+                                            stream=True, stream_options={"include_usage": True}))
+    streamed = "".join(c.choices[0].text for c in chunks if c.choices)
+    assert streamed == greedy.choices[0].text
+    assert chunks[-1].usage.completion_tokens == greedy.usage.completion_tokens
+
+    several = client.completions.create(model=name, prompt="x =", max_tokens=5, n=3, temperature=1.0, seed=7)
+    assert sorted(c.index for c in several.choices) == [0, 1, 2]
+
+    stop = greedy.choices[0].text[3:6]
+    stopped = client.completions.create(model=name, prompt="def add(a, b):", max_tokens=12, temperature=0,
+                                        stop=[stop])
+    assert stopped.choices[0].finish_reason == "stop"
+    assert stopped.choices[0].text == greedy.choices[0].text[:greedy.choices[0].text.find(stop)]
+
+    chat = client.chat.completions.create(model=name, messages=[{"role": "user", "content": "hi"}],
+                                          max_tokens=8, temperature=0)
+    assert chat.choices[0].message.role == "assistant" and chat.usage.total_tokens > 0
+
+
+def test_errors_use_the_openai_body(client, e2e_model):
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(model=e2e_model.name, prompt="hi", max_tokens=10**6)
+    assert "maximum context length" in info.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(model="no-such-model", prompt="hi", max_tokens=1)
+    assert "no-such-model" in info.value.body["message"]
+
+
+def test_ctrl_c_stops_every_service(e2e_model, tmp_path):
+    up = ChildProcess("up", ["up", "--model", str(e2e_model), "--port", "0", "--timing", "virtual",
+                             "--workers", "1"], "MINDMOTOR_UP_READY", tmp_path / "up.log")
+    try:
+        up.wait_ready(180)
+        children = child_pids(up.proc.pid)
+        assert len(children) == 3                      # controller, worker, coordinator
+        up.signal(signal.SIGINT)
+        assert up.proc.wait(60) == 0
+        assert not [pid for pid in children if Path(f"/proc/{pid}").exists()
+                    and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()]
+    finally:
+        up.kill()
+
+
+def child_pids(pid: int) -> list[int]:
+    pids = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        pids += [int(p) for p in (task / "children").read_text().split()]
+    return pids
