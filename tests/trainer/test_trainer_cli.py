@@ -70,3 +70,27 @@ def test_bundle_makes_a_verified_serving_only_copy(trained, tmp_path):
     assert manifest["step"] == 8
     assert not (destination / "trainer_state.pt").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["demo"]
+
+
+def test_bundle_in_bfloat16_halves_the_weights_and_still_serves(trained, tmp_path):
+    import numpy as np
+
+    from mindmotor.model.llama import LlamaModel
+    from mindmotor.model.safetensors_io import read_header
+    from mindmotor.trainer.manifest import verify_checkpoint
+
+    store, result = trained
+    destination = tmp_path / "demo-bf16"
+    done = run_cli("checkpoints", "--store", str(store), "bundle", "latest", str(destination),
+                   "--dtype", "bfloat16")
+    assert done.returncode == 0, done.stderr
+    verify_checkpoint(destination)
+    header, _ = read_header(destination / "model.safetensors")
+    assert {info["dtype"] for info in header.values()} == {"BF16"}
+    source = store / result.checkpoints[-1]
+    assert (destination / "model.safetensors").stat().st_size < 0.6 * (source / "model.safetensors").stat().st_size
+    ids = [3, 1, 4, 1, 5, 9, 2, 6]
+    full = LlamaModel.from_pretrained(source).forward_dense(ids)
+    half = LlamaModel.from_pretrained(destination).forward_dense(ids)
+    assert np.abs(full - half).max() < 0.1 * np.abs(full).max()
+    assert (full.argmax(-1) == half.argmax(-1)).mean() >= 0.75

@@ -18,8 +18,14 @@ from .manifest import build_manifest, verify_checkpoint, write_manifest
 TRAINING_ONLY_FILES = ("trainer_state.pt",)
 
 
-def bundle_checkpoint(source: str | Path, destination: str | Path) -> Path:
-    """Copy `source` to `destination` for serving; returns `destination`."""
+WEIGHT_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def bundle_checkpoint(source: str | Path, destination: str | Path, dtype: str | None = None) -> Path:
+    """Copy `source` to `destination` for serving; returns `destination`. With `dtype`, the
+    weights are stored in that precision (bfloat16 halves the package size; needs PyTorch)."""
+    if dtype is not None and dtype not in WEIGHT_DTYPES:
+        raise CheckpointError(f"dtype must be one of {WEIGHT_DTYPES}, got {dtype!r}")
     source, destination = Path(source), Path(destination)
     manifest = verify_checkpoint(source)
     if destination.exists():
@@ -31,6 +37,8 @@ def bundle_checkpoint(source: str | Path, destination: str | Path) -> Path:
         for name in manifest["files"]:
             if name not in TRAINING_ONLY_FILES:
                 shutil.copy2(source / name, tmp / name)
+        if dtype is not None:
+            convert_weights(tmp, dtype)
         info = {k: v for k, v in manifest.items() if k not in ("files", "format")}
         info.update(version=destination.name, parent=manifest.get("version"),
                     bundled_from=str(source.resolve()))
@@ -40,3 +48,20 @@ def bundle_checkpoint(source: str | Path, destination: str | Path) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return destination
+
+
+def convert_weights(directory: Path, dtype: str) -> None:
+    """Rewrite `model.safetensors` in `dtype` and record it in `config.json` (`torch_dtype`)."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    path = directory / "model.safetensors"
+    target = getattr(torch, dtype)
+    tensors = {name: t.to(target).contiguous() for name, t in load_file(str(path)).items()}
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    config_path = directory / "config.json"
+    config = json.loads(config_path.read_text())
+    config["torch_dtype"] = dtype
+    config_path.write_text(json.dumps(config, indent=2) + "\n")

@@ -165,6 +165,8 @@ def _register_checkpoints(subparsers) -> None:
     b = sub.add_parser("bundle", help="copy a version for serving only (no optimizer state)")
     b.add_argument("ref", help="latest, promoted, a version name or a directory")
     b.add_argument("destination", type=Path)
+    b.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default=None,
+                   help="store the weights in this precision (default: as trained)")
     b.set_defaults(func=cmd_checkpoints_bundle)
 
 
@@ -217,7 +219,8 @@ def cmd_checkpoints_bundle(args) -> int:
     from .store import CheckpointStore
 
     try:
-        written = bundle_checkpoint(CheckpointStore(args.store).resolve(args.ref), args.destination)
+        written = bundle_checkpoint(CheckpointStore(args.store).resolve(args.ref), args.destination,
+                                    dtype=args.dtype)
     except CheckpointError as exc:
         print(f"mindmotor checkpoints bundle: error: {exc}", file=sys.stderr)
         return 1
