@@ -11,6 +11,8 @@ import pytest
 
 from mindmotor.launcher.process import ChildProcess
 
+from .conftest import wait_until
+
 
 @pytest.fixture(scope="module")
 def platform(e2e_model, tmp_path_factory):
@@ -21,7 +23,7 @@ def platform(e2e_model, tmp_path_factory):
         up.wait_ready(180)
         yield up
     finally:
-        up.kill()
+        up.stop(60)          # SIGTERM: the platform drains and stops its children
 
 
 @pytest.fixture(scope="module")
@@ -78,10 +80,32 @@ def test_ctrl_c_stops_every_service(e2e_model, tmp_path):
         assert len(children) == 3                      # controller, worker, coordinator
         up.signal(signal.SIGINT)
         assert up.proc.wait(60) == 0
-        assert not [pid for pid in children if Path(f"/proc/{pid}").exists()
-                    and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()]
+        assert not [pid for pid in children if alive(pid)]
     finally:
         up.kill()
+
+
+def test_killing_the_supervisor_takes_its_services_down(e2e_model, tmp_path):
+    """Even SIGKILL of `mindmotor up` leaves no service behind (they get SIGTERM from the kernel)."""
+    up = ChildProcess("up", ["up", "--model", str(e2e_model), "--port", "0", "--timing", "virtual",
+                             "--workers", "1"], "MINDMOTOR_UP_READY", tmp_path / "up.log")
+    try:
+        up.wait_ready(180)
+        children = child_pids(up.proc.pid)
+        up.proc.kill()
+        up.proc.wait(10)
+        wait_until(lambda: not [pid for pid in children if alive(pid)], timeout_s=60,
+                   what="the orphaned services to exit")
+    finally:
+        up.kill()
+
+
+def alive(pid: int) -> bool:
+    status = Path(f"/proc/{pid}/status")
+    try:
+        return "zombie" not in status.read_text().lower()
+    except OSError:
+        return False
 
 
 def child_pids(pid: int) -> list[int]:

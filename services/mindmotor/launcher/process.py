@@ -16,6 +16,17 @@ import time
 from pathlib import Path
 
 
+def _terminate_with_parent() -> None:
+    """In the child, before exec: get SIGTERM (drain and exit) if the parent dies, even by SIGKILL,
+    so a supervisor that is killed never leaves services running (Linux prctl PR_SET_PDEATHSIG)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    except OSError:   # not Linux/glibc: the supervisor's own stop() is all there is
+        pass
+
+
 class ChildProcessError(RuntimeError):
     """A child exited or did not become ready; the message has the tail of its log."""
 
@@ -31,7 +42,8 @@ class ChildProcess:
         self._log = open(self.log_path, "ab")
         cmd = [sys.executable, "-m", "mindmotor.cli", *args]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log, text=True,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+                                     preexec_fn=_terminate_with_parent)
         self._lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._pump_stdout, name=f"{name}-stdout", daemon=True).start()
         self.ready: dict[str, str] = {}
