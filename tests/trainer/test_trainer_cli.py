@@ -94,3 +94,20 @@ def test_bundle_in_bfloat16_halves_the_weights_and_still_serves(trained, tmp_pat
     half = LlamaModel.from_pretrained(destination).forward_dense(ids)
     assert np.abs(full - half).max() < 0.1 * np.abs(full).max()
     assert (full.argmax(-1) == half.argmax(-1)).mean() >= 0.75
+
+
+def test_debug_quality_scores_the_checkpoint_against_a_unigram_model(trained):
+    import json
+
+    from mindmotor.trainer.baseline import unigram_loss
+
+    store, result = trained
+    checkpoint = store / result.checkpoints[-1]
+    done = run_cli("debug", "quality", "--checkpoint", str(checkpoint))
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["val_sequences"] >= 1 and report["val_tokens"] > 0
+    assert 0 < report["unigram_val_loss"] < 10 and 0 < report["model_val_loss"] < 10
+    # the unigram baseline itself: uniform counts give log(vocab)
+    import numpy as np
+    assert unigram_loss(np.arange(4), np.arange(4), 4) == pytest.approx(np.log(4))

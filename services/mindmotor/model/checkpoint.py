@@ -6,7 +6,7 @@ from pathlib import Path
 
 from .config import CheckpointError
 
-BUNDLED_MODEL_DIR = Path(__file__).resolve().parent.parent / "assets" / "demo-model"
+BUNDLED_MODEL_DIR = Path(__file__).resolve().parent.parent / "assets" / "mindmotor-demo"
 
 
 def resolve_model_dir(model: str | Path | None) -> Path:

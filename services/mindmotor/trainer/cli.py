@@ -131,6 +131,26 @@ def _register_debug(subparsers) -> None:
     c.add_argument("--tolerance", type=float, default=1e-4,
                    help="exit 1 when the logits differ by more than this")
     c.set_defaults(func=cmd_compare)
+    q = debug.add_parser("quality", help="validation loss of a checkpoint vs a unigram model, on the split it was trained with")
+    q.add_argument("--checkpoint", type=Path, required=True)
+    q.add_argument("--max-sequences", type=int, default=None, help="score at most this many val sequences")
+    q.set_defaults(func=cmd_quality)
+
+
+def cmd_quality(args) -> int:
+    import json
+
+    from mindmotor.model.config import CheckpointError
+
+    from .baseline import evaluate_checkpoint
+
+    try:
+        report = evaluate_checkpoint(args.checkpoint, args.max_sequences)
+    except (CheckpointError, ValueError) as exc:
+        print(f"mindmotor debug quality: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    print(json.dumps(report.to_dict()))
+    return 0
 
 
 def cmd_compare(args) -> int:
