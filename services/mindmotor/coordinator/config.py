@@ -92,6 +92,7 @@ class CoordinatorSettings(BaseSettings):
     max_requests: int = Field(10000, ge=0)           # outstanding requests (choices) per model
     max_n: int = Field(128, ge=1)
     max_retry: int = Field(5, ge=0)                  # resubmissions of one request after failures
+    prefill_timeout_s: float = Field(60.0, gt=0)     # P/D split: longest Prefill call before falling back
     retry_after_s: int = Field(1, ge=0)              # the Retry-After of a full queue
 
     # auth and rate limit

@@ -10,6 +10,10 @@ undisturbed run; see `ResumedText` for the text).
 
 Closing the stream (the client went away) cancels the gRPC call, which aborts the request on
 the worker and frees its KV blocks.
+
+When the model has prefill and decode instances, a choice starts with the prefill/decode split
+(`pd_split`): the first token from a prefill instance, the rest from a decode instance that pulls
+the prompt's KV; any failure of the split falls back to the ordinary path above.
 """
 
 from __future__ import annotations
@@ -29,8 +33,10 @@ from .errors import APIError, ServiceUnavailable
 from .failures import WorkerFailure, classify
 from .instances import InstanceView
 from .metrics import ChoiceTimer, CoordinatorMetrics
+from .pd_split import (HANDOFF_ROLES, ORDINARY_ROLES, PREFILL_ROLES, Handoff, Releaser,
+                       prefill_request, split_available)
 from .resume import ResumedText
-from .router import Router
+from .router import NoInstanceAvailable as NoInstanceAvailableError, Router
 from .routing import RouteRequest
 from .sampling import SamplingOptions
 
@@ -67,8 +73,12 @@ class GenerationRequest:
 
 class Generation:
     def __init__(self, request: GenerationRequest, router: Router, channels: WorkerChannels,
-                 tokenizer: Tokenizer, metrics: CoordinatorMetrics, timer: ChoiceTimer, max_retry: int = 5):
+                 tokenizer: Tokenizer, metrics: CoordinatorMetrics, timer: ChoiceTimer, max_retry: int = 5,
+                 prefill_timeout_s: float = 60.0, releaser: Releaser | None = None):
         self.request = request
+        self.prefill_timeout_s = prefill_timeout_s
+        self.releaser = releaser or Releaser(channels)
+        self.handoff: Handoff | None = None   # the prompt prefilled elsewhere, until decoded
         self.router = router
         self.channels = channels
         self.tokenizer = tokenizer
@@ -86,32 +96,90 @@ class Generation:
         req = self.request
         resumed: ResumedText | None = None
         tried: set[str] = set()
-        while True:
-            instance = self._pick(tried)
-            tried.add(instance.instance_id)
-            self.instances.append(instance.instance_id)
-            try:
-                async for piece in self._attempt(instance, resumed):
-                    yield piece
-                    if piece.finish_reason is not None:
+        try:
+            if split_available(self.router.table, req.model):
+                first = await self._prefill_remotely()
+                if first is not None:
+                    yield first
+                    if first.finish_reason is not None:
                         self.timer.on_finish()
                         return
-                raise WorkerFailure("the stream ended before the request finished")
-            except WorkerFailure as failure:
-                reason = failure.reason
-            self._on_failure(instance, reason)
-            if resumed is None:
-                resumed = ResumedText(self.tokenizer, req.prompt_token_ids, self.produced, self.sent_chars,
-                                      req.sampling.stop, req.sampling.include_stop_str_in_output)
+            while True:
+                instance = self._pick(tried, HANDOFF_ROLES if self.handoff else ORDINARY_ROLES)
+                tried.add(instance.instance_id)
+                self.instances.append(instance.instance_id)
+                try:
+                    async for piece in self._attempt(instance, resumed):
+                        yield piece
+                        if piece.finish_reason is not None:
+                            self.timer.on_finish()
+                            return
+                    raise WorkerFailure("the stream ended before the request finished")
+                except WorkerFailure as failure:
+                    reason = failure.reason
+                self._on_failure(instance, reason)
+                self._drop_handoff()                  # resubmitted: prompt + produced tokens, computed there
+                if resumed is None:
+                    resumed = ResumedText(self.tokenizer, req.prompt_token_ids, self.produced, self.sent_chars,
+                                          req.sampling.stop, req.sampling.include_stop_str_in_output)
+        finally:
+            self._drop_handoff()
 
-    def _pick(self, tried: set[str]) -> InstanceView:
+    def _pick(self, tried: set[str], role_groups) -> InstanceView:
+        """An instance of the first role group that has one not yet tried; when every instance has
+        been tried, any routable one again (failed ones are suspect)."""
+        model = self.request.model
+        for roles in role_groups:
+            try:
+                return self.router.pick(model, self.route, exclude=tried, roles=roles)
+            except ServiceUnavailable:
+                continue
+        if not tried:
+            raise NoInstanceAvailableError(model)
+        return self.router.pick(model, self.route)
+
+    # ---- the prefill/decode split -------------------------------------------------------------
+    async def _prefill_remotely(self) -> Piece | None:
+        """The first token from a prefill instance (the KV stays pinned there: `self.handoff`), or
+        None to run the choice the ordinary way (no prefill instance, or it failed)."""
+        req = self.request
         try:
-            return self.router.pick(self.request.model, self.route, exclude=tried)
+            instance = self.router.pick(req.model, self.route, roles=PREFILL_ROLES)
         except ServiceUnavailable:
-            if not tried:
-                raise
-        # every instance has been tried once: any routable one again (failed ones are suspect)
-        return self.router.pick(self.request.model, self.route)
+            return None
+        cost = len(req.prompt_token_ids)
+        call = self.channels.stub(instance.address).Prefill(
+            prefill_request(f"{req.request_id}.p.{secrets.token_hex(3)}", req.prompt_token_ids,
+                            req.sampling.to_proto(), req.priority), timeout=self.prefill_timeout_s)
+        self.router.table.begin(instance.instance_id, cost)
+        self.metrics.routed.labels(req.model, instance.instance_id).inc()
+        try:
+            response = await call
+        except grpc.aio.AioRpcError as exc:
+            error = classify(exc)
+            if not isinstance(error, WorkerFailure):
+                raise error from None
+            self.router.table.mark_failed(instance.instance_id, error.reason)
+            self.metrics.pd_fallbacks.labels(req.model, "prefill_failed").inc()
+            log.warning("remote prefill failed; computing the prompt on the decode side",
+                        extra={"instance_id": instance.instance_id, "reason": error.reason})
+            return None
+        finally:
+            call.cancel()
+            self.router.table.end(instance.instance_id, cost)
+        if response.handle:
+            self.handoff = Handoff(instance, response)
+        self.instances.append(instance.instance_id)
+        self.metrics.pd_prefills.labels(req.model).inc()
+        piece = self._piece(response, None)
+        self.timer.on_tokens(len(piece.token_ids))
+        return piece
+
+    def _drop_handoff(self) -> None:
+        """Forget the handoff; release its KV if no decode instance took it."""
+        handoff, self.handoff = self.handoff, None
+        if handoff is not None and not handoff.pulled:
+            self.releaser.release(handoff)
 
     def _on_failure(self, instance: InstanceView, reason: str) -> None:
         req = self.request
@@ -131,6 +199,11 @@ class Generation:
         req = self.request
         # unique even when clients reuse an X-Request-Id: a clash on the worker is not its failure
         attempt_id = f"{req.request_id}.{len(self.instances) - 1}.{secrets.token_hex(3)}"
+        if self.handoff is not None:        # the decode side continues after the first token
+            out = pb.GenerateRequest(request_id=attempt_id, sampling=req.sampling.to_proto(),
+                                     priority=req.priority, remote_prefill=self.handoff.remote_prefill())
+            out.prompt_token_ids.ids.extend(req.prompt_token_ids)
+            return out
         out = pb.GenerateRequest(request_id=attempt_id,
                                  sampling=req.sampling.to_proto(produced=len(self.produced)),
                                  priority=req.priority)
@@ -147,6 +220,8 @@ class Generation:
         self.metrics.routed.labels(req.model, instance.instance_id).inc()
         try:
             async for response in call:
+                if self.handoff is not None:
+                    self.handoff.pulled = True      # the decode worker released the KV itself
                 if response.finish_reason == "abort":
                     raise WorkerFailure("ABORTED: the worker aborted the request (draining)")
                 piece = self._piece(response, resumed)

@@ -12,11 +12,11 @@ import dataclasses
 import logging
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, Collection, Iterable
 
 log = logging.getLogger("mindmotor.coordinator")
 
-ROUTABLE_ROLES = ("mixed",)
+ROUTABLE_ROLES = ("mixed", "prefill", "decode")   # every role serves requests; the router picks by role
 
 
 @dataclass(frozen=True)
@@ -83,11 +83,12 @@ class RoutingTable:
         return (view.healthy and view.role in ROUTABLE_ROLES
                 and (local is None or local.suspect_until <= self.clock()))
 
-    def candidates(self, model: str) -> list[InstanceView]:
-        """Routable instances of `model`, sorted by id, with this coordinator's load filled in."""
+    def candidates(self, model: str, roles: Collection[str] | None = None) -> list[InstanceView]:
+        """Routable instances of `model` (of one of `roles`, if given), sorted by id, with this
+        coordinator's load filled in."""
         out = []
         for view in self.all():
-            if view.model != model or not self.is_routable(view):
+            if view.model != model or not self.is_routable(view) or (roles is not None and view.role not in roles):
                 continue
             local = self._local.get(view.instance_id)
             if local is not None and (local.outstanding_tokens or local.in_flight):
@@ -104,8 +105,9 @@ class RoutingTable:
                 by_model.setdefault(view.model, []).append(view)
         return by_model
 
-    def has_routable(self, model: str | None = None) -> bool:
-        return any(self.is_routable(v) and (model is None or v.model == model) for v in self._views.values())
+    def has_routable(self, model: str | None = None, role: str | None = None) -> bool:
+        return any(self.is_routable(v) and (model is None or v.model == model) and (role is None or v.role == role)
+                   for v in self._views.values())
 
     # ---- this coordinator's own bookkeeping ---------------------------------------------
     def begin(self, instance_id: str, tokens: int) -> None:

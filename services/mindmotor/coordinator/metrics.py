@@ -35,6 +35,10 @@ class CoordinatorMetrics:
                               ["model", "instance"], registry=r)
         self.prompt_tokens = Counter(p + "prompt_tokens_total", "", ["model"], registry=r)
         self.generation_tokens = Counter(p + "generation_tokens_total", "", ["model"], registry=r)
+        self.pd_prefills = Counter(p + "pd_prefills_total", "choices whose prompt ran on a prefill instance",
+                                   ["model"], registry=r)
+        self.pd_fallbacks = Counter(p + "pd_fallbacks_total", "choices that left the prefill/decode split, "
+                                    "by reason", ["model", "reason"], registry=r)
         self.instances = Gauge(p + "routable_instances", "routable instances per model", ["model"], registry=r)
 
     def render(self) -> bytes:

@@ -1,6 +1,10 @@
 """`Router`: picks the instance for one request of a model — a deployment version by its traffic
 weight first (when the model has weights), then an instance of it by the model's policy — and
-keeps this coordinator's per-instance load (outstanding tokens) while the request runs."""
+keeps this coordinator's per-instance load (outstanding tokens) while the request runs.
+
+Roles: a pick may be limited to instances of some roles (`roles`). Each (model, version, role
+group) keeps its own policy state; decode picks use `least_load` whatever the model's policy (a
+decode instance's prefix cache only saves a transfer, its load decides the TPOT)."""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from typing import Callable, Collection
 
 from .errors import ServiceUnavailable
 from .instances import InstanceView, RoutingTable
-from .routing import Policy, RouteRequest
+from .routing import LeastLoad, Policy, RouteRequest
 from .routing.versions import VersionSplit
 
 
@@ -26,20 +30,22 @@ class Router:
         self.table = table
         self._make_policy = make_policy
         self._traffic = traffic or {}
-        self._policies: dict[tuple[str, str], Policy] = {}
+        self._policies: dict[tuple[str, str, str], Policy] = {}
         self._splits: dict[str, VersionSplit] = {}
         self._on_routed = on_routed
 
-    def policy(self, model: str, version: str = "") -> Policy:
-        key = (model, version)
+    def policy(self, model: str, version: str = "", group: str = "") -> Policy:
+        key = (model, version, group)
         policy = self._policies.get(key)
         if policy is None:
-            policy = self._policies[key] = self._make_policy(model)
+            policy = self._policies[key] = LeastLoad() if group == "decode" else self._make_policy(model)
         return policy
 
-    def pick(self, model: str, request: RouteRequest, exclude: Collection[str] = ()) -> InstanceView:
-        """The instance to send `request` to (not one of `exclude`); NoInstanceAvailable if none."""
-        candidates = [c for c in self.table.candidates(model) if c.instance_id not in exclude]
+    def pick(self, model: str, request: RouteRequest, exclude: Collection[str] = (),
+             roles: Collection[str] | None = None) -> InstanceView:
+        """The instance to send `request` to (not one of `exclude`; of one of `roles` if given);
+        NoInstanceAvailable if none."""
+        candidates = [c for c in self.table.candidates(model, roles) if c.instance_id not in exclude]
         if not candidates:
             raise NoInstanceAvailable(model)
         version = ""
@@ -50,7 +56,7 @@ class Router:
                 split = self._splits[model] = VersionSplit(weights)
             candidates = split.choose(candidates)
             version = candidates[0].version
-        policy = self.policy(model, version)
+        policy = self.policy(model, version, ",".join(sorted(roles)) if roles is not None else "")
         choice = policy.choose(candidates, request)
         policy.on_routed(choice, request)
         if self._on_routed is not None:

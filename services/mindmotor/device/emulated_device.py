@@ -30,6 +30,18 @@ class EmulatedDevice:
         self.cost_model = CostModel(self.spec, self.profile)
         self.pacer = StepPacer(timing)
         self.telemetry = DeviceTelemetry(self.spec, self.allocator, device_id=device_id)
+        self.kv_transfers = 0               # KV pulls received from prefill instances
+        self.kv_transfer_s = 0.0            # their emulated duration, summed
+        self.kv_transfer_bytes = 0          # their emulated size (the profile's bytes per token)
+
+    def price_kv_transfer(self, num_tokens: int, link: str = "intra_node") -> float:
+        """Emulated seconds to receive the KV of `num_tokens` tokens over `link` ("intra_node":
+        HCCS, "inter_node"); recorded for metrics. The caller decides whether to wait for it."""
+        seconds = self.cost_model.kv_transfer_seconds(num_tokens, link)
+        self.kv_transfers += 1
+        self.kv_transfer_s += seconds
+        self.kv_transfer_bytes += num_tokens * self.profile.kv_bytes_per_token
+        return seconds
 
     def run_step(self, shape: StepShape, host_started_at: float) -> StepCost:
         cost = self.cost_model.step(shape)

@@ -13,7 +13,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import AsyncIterator, Sequence as Seq
+from typing import AsyncIterator, Callable, Sequence as Seq, TypeVar
 
 from .config import EngineConfig
 from .llm_engine import LLMEngine, RequestError
@@ -21,6 +21,8 @@ from .output import RequestOutput
 from .sampling_params import SamplingParams
 
 log = logging.getLogger("mindmotor.engine")
+
+T = TypeVar("T")
 
 
 class EngineDeadError(RuntimeError):
@@ -35,6 +37,14 @@ class _Pending:
     queue: asyncio.Queue
     loop: asyncio.AbstractEventLoop
     arrival_time: float
+    prefill_only: bool = False
+
+
+@dataclass
+class _Command:
+    fn: Callable
+    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop
 
 
 class AsyncLLMEngine:
@@ -43,6 +53,7 @@ class AsyncLLMEngine:
         self.engine = engine or LLMEngine(config or EngineConfig())
         self._new: deque[_Pending] = deque()
         self._aborts: deque[str] = deque()
+        self._commands: deque[_Command] = deque()
         self._streams: dict[str, _Pending] = {}
         self._wake = threading.Event()
         self._stopping = False
@@ -62,21 +73,52 @@ class AsyncLLMEngine:
         return len(self._streams) + len(self._new)
 
     def generate(self, request_id: str, prompt: str | Seq[int], params: SamplingParams,
-                 priority: int = 0) -> AsyncIterator[RequestOutput]:
+                 priority: int = 0, prefill_only: bool = False) -> AsyncIterator[RequestOutput]:
         """Validate now (raising `RequestError` at once for bad input), then return the stream of
         the request's outputs. Closing the stream early (the client went away) aborts the request
-        and frees its blocks."""
+        and frees its blocks. `prefill_only`: see `LLMEngine.add_request`."""
+        pending = self._open(request_id, self.engine.validate(prompt, params), priority)
+        pending.prefill_only = prefill_only
+        self._new.append(pending)
+        self._wake.set()
+        return self._stream(pending)
+
+    async def add_prefilled(self, request_id: str, prompt: Seq[int], params: SamplingParams, first_token: int,
+                            sent_chars: int = 0, num_cached_tokens: int = 0, priority: int = 0
+                            ) -> tuple[int | None, AsyncIterator[RequestOutput]]:
+        """A request prefilled on another instance (see `LLMEngine.add_prefilled`): returns the
+        number of prompt blocks already held here (None: no room) and the request's stream, which
+        yields once `commit_kv` or `prefill_locally` (run through `call`) has let it run. Abort it
+        with `abort` if neither follows."""
+        pending = self._open(request_id, self.engine.validate(prompt, params), priority)
+        try:
+            skip = await self.call(lambda e: e.add_prefilled(
+                request_id, pending.validated, first_token, sent_chars, num_cached_tokens, priority,
+                pending.arrival_time))
+        except BaseException:
+            self.abort(request_id)
+            raise
+        return skip, self._stream(pending)
+
+    async def call(self, fn: Callable[..., T]) -> T:
+        """Run `fn(engine)` on the engine thread (between steps) and return its result."""
         if self._error is not None:
             raise EngineDeadError(f"the engine stopped: {self._error!r}")
-        validated = self.engine.validate(prompt, params)
+        loop = asyncio.get_running_loop()
+        command = _Command(fn, loop.create_future(), loop)
+        self._commands.append(command)
+        self._wake.set()
+        return await command.future
+
+    def _open(self, request_id: str, validated: tuple, priority: int) -> _Pending:
+        if self._error is not None:
+            raise EngineDeadError(f"the engine stopped: {self._error!r}")
         if request_id in self._streams:
             raise RequestError(f"request id {request_id!r} is already in use")
         pending = _Pending(request_id, validated, priority, asyncio.Queue(), asyncio.get_running_loop(),
                            time.monotonic())
         self._streams[request_id] = pending
-        self._new.append(pending)
-        self._wake.set()
-        return self._stream(pending)
+        return pending
 
     async def _stream(self, pending: _Pending) -> AsyncIterator[RequestOutput]:
         finished = False
@@ -112,6 +154,7 @@ class AsyncLLMEngine:
         try:
             while not self._stopping:
                 self._take_new_and_aborts()
+                engine.expire_pins()
                 if not engine.has_unfinished_requests():
                     self._wake.wait(self._idle_check_interval_s)
                     self._wake.clear()
@@ -130,6 +173,8 @@ class AsyncLLMEngine:
             except RuntimeError:                        # that event loop is already closed
                 pass
         self._streams.clear()
+        while self._commands:
+            _settle(self._commands.popleft(), error=self._error)
 
     def _take_new_and_aborts(self) -> None:
         engine = self.engine
@@ -138,7 +183,13 @@ class AsyncLLMEngine:
             if p.request_id not in self._streams:  # aborted before it was taken
                 continue
             engine.add_request(p.request_id, None, priority=p.priority, arrival_time=p.arrival_time,
-                               validated=p.validated)
+                               validated=p.validated, prefill_only=p.prefill_only)
+        while self._commands:
+            command = self._commands.popleft()
+            try:
+                _settle(command, result=command.fn(engine))
+            except Exception as exc:  # noqa: BLE001 - the caller gets it
+                _settle(command, error=exc)
         while self._aborts:
             rid = self._aborts.popleft()
             out = engine.abort_request(rid)
@@ -153,3 +204,18 @@ class AsyncLLMEngine:
         if out.finished:
             del self._streams[out.request_id]
         pending.loop.call_soon_threadsafe(pending.queue.put_nowait, out)
+
+
+def _settle(command: _Command, result=None, error: BaseException | None = None) -> None:
+    """Complete a command's future from the engine thread."""
+    def settle():
+        if command.future.done():
+            return
+        if error is not None:
+            command.future.set_exception(error)
+        else:
+            command.future.set_result(result)
+    try:
+        command.loop.call_soon_threadsafe(settle)
+    except RuntimeError:                                # that event loop is already closed
+        pass

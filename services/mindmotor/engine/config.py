@@ -23,6 +23,7 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     enable_chunked_prefill: bool = True
     seed: int = 0                         # for requests that bring no seed of their own
+    kv_pin_ttl_s: float = 30.0            # prefill-only KV is freed this long after pinning if not released
 
     def __post_init__(self):
         if self.timing not in TIMING_MODES:
@@ -31,6 +32,8 @@ class EngineConfig:
             raise ValueError(f"memory_fraction must be in (0, 1], got {self.memory_fraction}")
         if self.tensor_parallel < 1:
             raise ValueError(f"tensor_parallel must be at least 1, got {self.tensor_parallel}")
+        if self.kv_pin_ttl_s <= 0:
+            raise ValueError(f"kv_pin_ttl_s must be positive, got {self.kv_pin_ttl_s}")
         if self.block_size < 1:
             raise ValueError(f"block_size must be at least 1, got {self.block_size}")
 

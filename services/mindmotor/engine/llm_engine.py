@@ -24,6 +24,7 @@ from mindmotor.model.llama import LlamaModel
 
 from .block_manager import BlockManager
 from .config import EngineConfig
+from .kv_transfer import KVBlocks, KVPins, num_prompt_blocks
 from .model_runner import ModelRunner
 from .output import OutputProcessor, RequestOutput
 from .sampler import Sampler
@@ -53,6 +54,12 @@ class EngineStats:
     emulated_time_s: float
     host_time_s: float
     lag_time_s: float
+    num_pinned: int = 0               # prefilled requests whose KV waits for a decode instance
+    num_pinned_blocks: int = 0
+    num_receiving: int = 0            # decode side: requests whose KV is being pulled
+    kv_transfers: int = 0             # decode side: KV pulls priced on the device
+    kv_transfer_s: float = 0.0        # their emulated duration, summed
+    kv_transfer_bytes: int = 0
 
 
 def served_model_profile(config: LlamaConfig, name: str, tp: int = 1) -> ModelProfile:
@@ -93,6 +100,8 @@ class LLMEngine:
         self.sampler = Sampler(self.tokenizer.eos_token_ids)
         self.outputs = OutputProcessor(self.tokenizer, self.tokenizer.eos_token_ids, self.max_model_len)
         self.requests: dict[str, Sequence] = {}
+        self.pins = KVPins()                          # prefill side: KV held for decode instances
+        self.receiving: dict[str, Sequence] = {}      # decode side: blocks reserved, KV in transit
         self._rng = np.random.default_rng(config.seed)
         self.prompt_tokens = 0
         self.generation_tokens = 0
@@ -134,8 +143,17 @@ class LLMEngine:
 
     def add_request(self, request_id: str, prompt: str | Seq[int], params: SamplingParams | None = None,
                     priority: int = 0, arrival_time: float | None = None,
-                    validated: tuple[list[int], SamplingParams] | None = None) -> Sequence:
-        if request_id in self.requests:
+                    validated: tuple[list[int], SamplingParams] | None = None,
+                    prefill_only: bool = False) -> Sequence:
+        """Queue a request. `prefill_only`: it ends after its first token with finish reason
+        "prefilled" and its KV pinned under its request id (see `read_pinned_kv`)."""
+        seq = self._new_sequence(request_id, prompt, params, priority, arrival_time, validated)
+        seq.prefill_only = prefill_only
+        self.scheduler.add(seq)
+        return seq
+
+    def _new_sequence(self, request_id, prompt, params, priority, arrival_time, validated) -> Sequence:
+        if request_id in self.requests or self.pins.get(request_id) is not None:
             raise RequestError(f"request id {request_id!r} is already in use")
         ids, params = validated or self.validate(prompt, params or SamplingParams())
         seq = Sequence(request_id=request_id, prompt_token_ids=ids, params=params,
@@ -145,15 +163,101 @@ class LLMEngine:
                                         else int(self._rng.integers(2**63)))
         self.requests[request_id] = seq
         self.outputs.add(seq)
-        self.scheduler.add(seq)
         return seq
 
     def abort_request(self, request_id: str) -> RequestOutput | None:
         seq = self.requests.pop(request_id, None)
         if seq is None:
+            self.release_kv(request_id)          # a pinned prefill whose caller went away
             return None
-        self.scheduler.abort(seq)
+        if self.receiving.pop(request_id, None) is not None:
+            self.block_manager.free(seq)
+            seq.status = SequenceStatus.FINISHED_ABORTED
+        else:
+            self.scheduler.abort(seq)
         return self.outputs.make_output(seq, [], [])
+
+    # ---- prefill/decode split: the prefill side ---------------------------------------------
+    def read_pinned_kv(self, handle: str, skip_blocks: int = 0) -> KVBlocks:
+        """The prompt KV of a pinned prefill, from block `skip_blocks` on. KeyError: unknown
+        handle (released, expired, or never pinned here)."""
+        seq = self.pins.get(handle)
+        if seq is None:
+            raise KeyError(handle)
+        blocks = seq.block_table[skip_blocks:num_prompt_blocks(seq, self.config.block_size)]
+        if not blocks:
+            shape = (self.kv_cache.num_layers, 0, self.kv_cache.block_size, self.kv_cache.num_kv_heads,
+                     self.kv_cache.head_dim)
+            empty = np.zeros(shape, dtype=self.kv_cache.dtype)
+            return KVBlocks(skip_blocks, empty, empty.copy())
+        self.kv_cache.ensure_blocks(max(blocks))
+        k, v = self.kv_cache.read_blocks(blocks)   # each [num_layers, len(blocks), block_size, n_kv, head_dim]
+        return KVBlocks(skip_blocks, k, v)
+
+    def release_kv(self, handle: str) -> bool:
+        """Free a pinned prefill's blocks (its full blocks stay in the prefix cache)."""
+        seq = self.pins.pop(handle)
+        if seq is None:
+            return False
+        self.block_manager.free(seq)
+        return True
+
+    def expire_pins(self) -> int:
+        """Free the pins whose deadline passed; how many."""
+        expired = self.pins.pop_expired()
+        for seq in expired:
+            self.block_manager.free(seq)
+            log.warning("pinned KV expired before a decode instance released it",
+                        extra={"request_id": seq.request_id, "blocks": len(seq.block_table)})
+        return len(expired)
+
+    # ---- prefill/decode split: the decode side ----------------------------------------------
+    def add_prefilled(self, request_id: str, validated: tuple[list[int], SamplingParams], first_token: int,
+                      sent_chars: int = 0, num_cached_tokens: int = 0, priority: int = 0,
+                      arrival_time: float | None = None) -> int | None:
+        """A request prefilled elsewhere: its prompt and first token. Reserves blocks for the
+        prompt, reusing the local prefix cache; returns how many leading prompt blocks are already
+        here (their KV need not be pulled), or None when the pool has no room now. Then exactly one
+        of `commit_kv` (the pulled KV) or `prefill_locally` must follow."""
+        seq = self._new_sequence(request_id, None, None, priority, arrival_time, validated)
+        if self.outputs.on_token(seq, first_token) is not None:
+            raise RequestError("the first token already finishes the request; nothing to decode")
+        self.outputs.mark_sent(request_id, sent_chars)
+        seq.num_cached_tokens = num_cached_tokens
+        self.receiving[request_id] = seq
+        bm = self.block_manager
+        computed = bm.get_computed_blocks(seq)
+        if not bm.allocate_slots(seq, seq.num_prompt_tokens - len(computed) * bm.block_size, computed):
+            return None
+        bm.record_prefix_lookup(seq.num_prompt_tokens, len(computed) * bm.block_size)
+        return len(computed)
+
+    def commit_kv(self, request_id: str, kv: KVBlocks) -> bool:
+        """Write the pulled KV into the reserved blocks; the request decodes from its next step.
+        False if the request is gone (aborted meanwhile)."""
+        seq = self.receiving.pop(request_id, None)
+        if seq is None:
+            return False
+        expected = num_prompt_blocks(seq, self.config.block_size) - kv.first_block
+        if not seq.block_table or kv.num_blocks != expected:
+            raise ValueError(f"expected {expected} KV blocks from block {kv.first_block}, got {kv.num_blocks}")
+        if kv.num_blocks:
+            self.kv_cache.write_blocks(seq.block_table[kv.first_block:kv.first_block + kv.num_blocks], kv.k, kv.v)
+        seq.num_computed_tokens = seq.num_prompt_tokens
+        self.block_manager.cache_blocks(seq)
+        self.scheduler.add_running(seq)
+        return True
+
+    def prefill_locally(self, request_id: str) -> bool:
+        """The KV could not be pulled: compute the prompt (and first token) here instead, as a
+        preempted request is recomputed. False if the request is gone."""
+        seq = self.receiving.pop(request_id, None)
+        if seq is None:
+            return False
+        self.block_manager.free(seq)
+        seq.num_computed_tokens = 0
+        self.scheduler.add(seq)
+        return True
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.num_unfinished > 0
@@ -186,7 +290,11 @@ class LLMEngine:
                 seq.first_token_time = now
             self.generation_tokens += 1
             finished = self.outputs.on_token(seq, token)
-            if finished is not None:
+            if finished is None and seq.prefill_only:
+                self.scheduler.detach(seq, SequenceStatus.PREFILLED)   # blocks stay referenced
+                self.pins.pin(seq, self.config.kv_pin_ttl_s)
+                self.requests.pop(seq.request_id, None)
+            elif finished is not None:
                 self.scheduler.finish(seq, finished)
                 self.requests.pop(seq.request_id, None)
             outputs.append(self.outputs.make_output(seq, [token], [lp] if lp is not None else []))
@@ -201,7 +309,11 @@ class LLMEngine:
             prefix_hit_rate=bm.prefix_hit_rate, num_preemptions=self.scheduler.num_preemptions,
             prompt_tokens=self.prompt_tokens, generation_tokens=self.generation_tokens, steps=self.steps,
             emulated_time_s=pacer.emulated_time_s, host_time_s=pacer.host_time_s,
-            lag_time_s=pacer.lag_time_s)
+            lag_time_s=pacer.lag_time_s, num_pinned=len(self.pins), num_pinned_blocks=self.pins.num_blocks,
+            num_receiving=len(self.receiving), kv_transfers=self.device.kv_transfers,
+            kv_transfer_s=self.device.kv_transfer_s, kv_transfer_bytes=self.device.kv_transfer_bytes)
 
     def check_invariants(self) -> None:
-        self.block_manager.check_invariants(list(self.scheduler.running))
+        """The pool adds up, counting every holder of blocks: running, pinned and receiving."""
+        live = list(self.scheduler.running) + self.pins.sequences() + list(self.receiving.values())
+        self.block_manager.check_invariants(live)

@@ -43,6 +43,11 @@ class OutputProcessor:
         self._detok[seq.request_id] = IncrementalDetokenizer(self.tokenizer, seq.prompt_token_ids)
         self._emitted[seq.request_id] = 0
 
+    def mark_sent(self, request_id: str, num_chars: int) -> None:
+        """The first `num_chars` characters of the output text were sent by someone else (the
+        prefill instance of a P/D split): continue the stream after them."""
+        self._emitted[request_id] = num_chars
+
     def on_token(self, seq: Sequence, token: int) -> SequenceStatus | None:
         """Append `token` to `seq`; return the finished status if it ends the sequence."""
         seq.output_token_ids.append(token)
@@ -81,11 +86,13 @@ class OutputProcessor:
     def make_output(self, seq: Sequence, new_tokens: list[int], new_logprobs: list) -> RequestOutput:
         rid = seq.request_id
         finished = seq.status.finished
-        if finished and seq.stop_reason is None and rid in self._detok:
+        # a prefilled request continues elsewhere: its text keeps the stop-string hold-back
+        final = finished and seq.status != SequenceStatus.PREFILLED
+        if final and seq.stop_reason is None and rid in self._detok:
             # flush characters held back by the detokenizer (an incomplete UTF-8 sequence)
             seq.output_text += self._detok[rid].flush()
         hold = 0
-        if seq.params.stop and not finished:
+        if seq.params.stop and not final:
             hold = max(len(s) for s in seq.params.stop) - 1
         sent = self._emitted.get(rid, 0)
         visible = max(sent, len(seq.output_text) - hold)

@@ -77,6 +77,17 @@ class Scheduler:
         self.block_manager.free(seq)
         seq.status = status
 
+    def detach(self, seq: Sequence, status: SequenceStatus) -> None:
+        """A running sequence leaves the scheduler but keeps its blocks (pinned prefill KV)."""
+        self.running.remove(seq)
+        seq.status = status
+
+    def add_running(self, seq: Sequence) -> None:
+        """A sequence whose blocks are allocated and whose KV is in place (received from a
+        prefill instance) joins the running set; its next step computes its remaining tokens."""
+        seq.status = SequenceStatus.RUNNING
+        bisect.insort(self.running, seq)
+
     def abort(self, seq: Sequence) -> None:
         if seq.status == SequenceStatus.RUNNING:
             self.finish(seq, SequenceStatus.FINISHED_ABORTED)

@@ -17,11 +17,13 @@ class SequenceStatus(enum.Enum):
     FINISHED_STOPPED = "stop"        # EOS, a stop token id or a stop string
     FINISHED_LENGTH = "length"       # max_tokens or the model's context
     FINISHED_ABORTED = "abort"
+    PREFILLED = "prefilled"          # prefill-only: first token sampled, KV pinned for a decode instance
 
     @property
     def finished(self) -> bool:
+        """Whether the engine is done computing the request (a PREFILLED one is, here)."""
         return self in (SequenceStatus.FINISHED_STOPPED, SequenceStatus.FINISHED_LENGTH,
-                        SequenceStatus.FINISHED_ABORTED)
+                        SequenceStatus.FINISHED_ABORTED, SequenceStatus.PREFILLED)
 
 
 @dataclass
@@ -39,6 +41,7 @@ class Sequence:
     block_hashes: list[bytes] = field(default_factory=list)  # of the full blocks, in order
     num_preemptions: int = 0
     max_total_tokens: int = 0              # prompt + output may not exceed this (model context)
+    prefill_only: bool = False             # stop after the first token and pin the KV (P/D split)
     stop_reason: int | str | None = None
     rng: np.random.Generator | None = None
     first_token_time: float | None = None

@@ -7,18 +7,36 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("request_id", "prompt_text", "prompt_token_ids", "sampling", "priority")
+    __slots__ = ("request_id", "prompt_text", "prompt_token_ids", "sampling", "priority", "remote_prefill")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TEXT_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_PREFILL_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     prompt_text: str
     prompt_token_ids: TokenIds
     sampling: SamplingParams
     priority: int
-    def __init__(self, request_id: _Optional[str] = ..., prompt_text: _Optional[str] = ..., prompt_token_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., priority: _Optional[int] = ...) -> None: ...
+    remote_prefill: RemotePrefill
+    def __init__(self, request_id: _Optional[str] = ..., prompt_text: _Optional[str] = ..., prompt_token_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., priority: _Optional[int] = ..., remote_prefill: _Optional[_Union[RemotePrefill, _Mapping]] = ...) -> None: ...
+
+class RemotePrefill(_message.Message):
+    __slots__ = ("address", "handle", "first_token_id", "sent_chars", "node", "cached_tokens")
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    HANDLE_FIELD_NUMBER: _ClassVar[int]
+    FIRST_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    SENT_CHARS_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    address: str
+    handle: str
+    first_token_id: int
+    sent_chars: int
+    node: str
+    cached_tokens: int
+    def __init__(self, address: _Optional[str] = ..., handle: _Optional[str] = ..., first_token_id: _Optional[int] = ..., sent_chars: _Optional[int] = ..., node: _Optional[str] = ..., cached_tokens: _Optional[int] = ...) -> None: ...
 
 class TokenIds(_message.Message):
     __slots__ = ("ids",)
@@ -104,6 +122,104 @@ class Usage(_message.Message):
     cached_tokens: int
     def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ...) -> None: ...
 
+class PrefillRequest(_message.Message):
+    __slots__ = ("request_id", "prompt_text", "prompt_token_ids", "sampling", "priority")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TEXT_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    prompt_text: str
+    prompt_token_ids: TokenIds
+    sampling: SamplingParams
+    priority: int
+    def __init__(self, request_id: _Optional[str] = ..., prompt_text: _Optional[str] = ..., prompt_token_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., priority: _Optional[int] = ...) -> None: ...
+
+class PrefillResponse(_message.Message):
+    __slots__ = ("handle", "token_ids", "text", "logprobs", "finish_reason", "stop_token_id", "stop_string", "usage", "prompt_token_ids", "node", "block_size", "num_blocks")
+    HANDLE_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    STOP_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    STOP_STRING_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
+    NUM_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    handle: str
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    text: str
+    logprobs: _containers.RepeatedCompositeFieldContainer[TokenLogprob]
+    finish_reason: str
+    stop_token_id: int
+    stop_string: str
+    usage: Usage
+    prompt_token_ids: _containers.RepeatedScalarFieldContainer[int]
+    node: str
+    block_size: int
+    num_blocks: int
+    def __init__(self, handle: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., logprobs: _Optional[_Iterable[_Union[TokenLogprob, _Mapping]]] = ..., finish_reason: _Optional[str] = ..., stop_token_id: _Optional[int] = ..., stop_string: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., node: _Optional[str] = ..., block_size: _Optional[int] = ..., num_blocks: _Optional[int] = ...) -> None: ...
+
+class PullKVRequest(_message.Message):
+    __slots__ = ("handle", "skip_blocks", "blocks_per_chunk")
+    HANDLE_FIELD_NUMBER: _ClassVar[int]
+    SKIP_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    BLOCKS_PER_CHUNK_FIELD_NUMBER: _ClassVar[int]
+    handle: str
+    skip_blocks: int
+    blocks_per_chunk: int
+    def __init__(self, handle: _Optional[str] = ..., skip_blocks: _Optional[int] = ..., blocks_per_chunk: _Optional[int] = ...) -> None: ...
+
+class KVChunk(_message.Message):
+    __slots__ = ("first_block", "shape", "dtype", "k", "v", "total_blocks")
+    FIRST_BLOCK_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    K_FIELD_NUMBER: _ClassVar[int]
+    V_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    first_block: int
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    dtype: str
+    k: bytes
+    v: bytes
+    total_blocks: int
+    def __init__(self, first_block: _Optional[int] = ..., shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[str] = ..., k: _Optional[bytes] = ..., v: _Optional[bytes] = ..., total_blocks: _Optional[int] = ...) -> None: ...
+
+class ReleaseKVRequest(_message.Message):
+    __slots__ = ("handle",)
+    HANDLE_FIELD_NUMBER: _ClassVar[int]
+    handle: str
+    def __init__(self, handle: _Optional[str] = ...) -> None: ...
+
+class ReleaseKVResponse(_message.Message):
+    __slots__ = ("found",)
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    found: bool
+    def __init__(self, found: _Optional[bool] = ...) -> None: ...
+
+class SetRoleRequest(_message.Message):
+    __slots__ = ("role", "drain_timeout_s")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    DRAIN_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    role: str
+    drain_timeout_s: float
+    def __init__(self, role: _Optional[str] = ..., drain_timeout_s: _Optional[float] = ...) -> None: ...
+
+class SetRoleResponse(_message.Message):
+    __slots__ = ("previous_role", "role", "drained")
+    PREVIOUS_ROLE_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    DRAINED_FIELD_NUMBER: _ClassVar[int]
+    previous_role: str
+    role: str
+    drained: bool
+    def __init__(self, previous_role: _Optional[str] = ..., role: _Optional[str] = ..., drained: _Optional[bool] = ...) -> None: ...
+
 class AbortRequest(_message.Message):
     __slots__ = ("request_id",)
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
@@ -121,7 +237,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("worker_id", "model", "max_model_len", "block_size", "role", "state", "load", "device", "emulated_profile", "timing")
+    __slots__ = ("worker_id", "model", "max_model_len", "block_size", "role", "state", "load", "device", "emulated_profile", "timing", "node")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     MAX_MODEL_LEN_FIELD_NUMBER: _ClassVar[int]
@@ -132,6 +248,7 @@ class StatusResponse(_message.Message):
     DEVICE_FIELD_NUMBER: _ClassVar[int]
     EMULATED_PROFILE_FIELD_NUMBER: _ClassVar[int]
     TIMING_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     model: str
     max_model_len: int
@@ -142,10 +259,11 @@ class StatusResponse(_message.Message):
     device: DeviceStatus
     emulated_profile: str
     timing: str
-    def __init__(self, worker_id: _Optional[str] = ..., model: _Optional[str] = ..., max_model_len: _Optional[int] = ..., block_size: _Optional[int] = ..., role: _Optional[str] = ..., state: _Optional[str] = ..., load: _Optional[_Union[Load, _Mapping]] = ..., device: _Optional[_Union[DeviceStatus, _Mapping]] = ..., emulated_profile: _Optional[str] = ..., timing: _Optional[str] = ...) -> None: ...
+    node: str
+    def __init__(self, worker_id: _Optional[str] = ..., model: _Optional[str] = ..., max_model_len: _Optional[int] = ..., block_size: _Optional[int] = ..., role: _Optional[str] = ..., state: _Optional[str] = ..., load: _Optional[_Union[Load, _Mapping]] = ..., device: _Optional[_Union[DeviceStatus, _Mapping]] = ..., emulated_profile: _Optional[str] = ..., timing: _Optional[str] = ..., node: _Optional[str] = ...) -> None: ...
 
 class Load(_message.Message):
-    __slots__ = ("running", "waiting", "in_flight", "kv_usage", "num_blocks", "num_free_blocks", "prefix_hit_rate", "num_preemptions", "prompt_tokens", "generation_tokens", "steps", "emulated_time_s", "host_time_s", "lag_time_s")
+    __slots__ = ("running", "waiting", "in_flight", "kv_usage", "num_blocks", "num_free_blocks", "prefix_hit_rate", "num_preemptions", "prompt_tokens", "generation_tokens", "steps", "emulated_time_s", "host_time_s", "lag_time_s", "kv_pinned", "kv_transfers", "kv_transfer_s")
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     WAITING_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
@@ -160,6 +278,9 @@ class Load(_message.Message):
     EMULATED_TIME_S_FIELD_NUMBER: _ClassVar[int]
     HOST_TIME_S_FIELD_NUMBER: _ClassVar[int]
     LAG_TIME_S_FIELD_NUMBER: _ClassVar[int]
+    KV_PINNED_FIELD_NUMBER: _ClassVar[int]
+    KV_TRANSFERS_FIELD_NUMBER: _ClassVar[int]
+    KV_TRANSFER_S_FIELD_NUMBER: _ClassVar[int]
     running: int
     waiting: int
     in_flight: int
@@ -174,7 +295,10 @@ class Load(_message.Message):
     emulated_time_s: float
     host_time_s: float
     lag_time_s: float
-    def __init__(self, running: _Optional[int] = ..., waiting: _Optional[int] = ..., in_flight: _Optional[int] = ..., kv_usage: _Optional[float] = ..., num_blocks: _Optional[int] = ..., num_free_blocks: _Optional[int] = ..., prefix_hit_rate: _Optional[float] = ..., num_preemptions: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., generation_tokens: _Optional[int] = ..., steps: _Optional[int] = ..., emulated_time_s: _Optional[float] = ..., host_time_s: _Optional[float] = ..., lag_time_s: _Optional[float] = ...) -> None: ...
+    kv_pinned: int
+    kv_transfers: int
+    kv_transfer_s: float
+    def __init__(self, running: _Optional[int] = ..., waiting: _Optional[int] = ..., in_flight: _Optional[int] = ..., kv_usage: _Optional[float] = ..., num_blocks: _Optional[int] = ..., num_free_blocks: _Optional[int] = ..., prefix_hit_rate: _Optional[float] = ..., num_preemptions: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., generation_tokens: _Optional[int] = ..., steps: _Optional[int] = ..., emulated_time_s: _Optional[float] = ..., host_time_s: _Optional[float] = ..., lag_time_s: _Optional[float] = ..., kv_pinned: _Optional[int] = ..., kv_transfers: _Optional[int] = ..., kv_transfer_s: _Optional[float] = ...) -> None: ...
 
 class DeviceStatus(_message.Message):
     __slots__ = ("device", "npu_id", "utilization", "hbm_used_bytes", "hbm_total_bytes", "power_w", "temperature_c", "aicore_freq_mhz", "health")

@@ -54,6 +54,26 @@ class WorkerStub:
                 request_serializer=worker__pb2.DrainRequest.SerializeToString,
                 response_deserializer=worker__pb2.DrainResponse.FromString,
                 _registered_method=True)
+        self.Prefill = channel.unary_unary(
+                '/mindmotor.v1.Worker/Prefill',
+                request_serializer=worker__pb2.PrefillRequest.SerializeToString,
+                response_deserializer=worker__pb2.PrefillResponse.FromString,
+                _registered_method=True)
+        self.PullKV = channel.unary_stream(
+                '/mindmotor.v1.Worker/PullKV',
+                request_serializer=worker__pb2.PullKVRequest.SerializeToString,
+                response_deserializer=worker__pb2.KVChunk.FromString,
+                _registered_method=True)
+        self.ReleaseKV = channel.unary_unary(
+                '/mindmotor.v1.Worker/ReleaseKV',
+                request_serializer=worker__pb2.ReleaseKVRequest.SerializeToString,
+                response_deserializer=worker__pb2.ReleaseKVResponse.FromString,
+                _registered_method=True)
+        self.SetRole = channel.unary_unary(
+                '/mindmotor.v1.Worker/SetRole',
+                request_serializer=worker__pb2.SetRoleRequest.SerializeToString,
+                response_deserializer=worker__pb2.SetRoleResponse.FromString,
+                _registered_method=True)
 
 
 class WorkerServicer:
@@ -89,6 +109,37 @@ class WorkerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Prefill(self, request, context):
+        """Run the prompt, sample the first token, keep the KV pinned under the returned handle until
+        ReleaseKV or the pin timeout. Errors as Generate. Cancelling the call frees everything.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PullKV(self, request, context):
+        """The pinned prompt KV of a handle, a few blocks per message. NOT_FOUND: unknown handle
+        (released, expired, or from another instance).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReleaseKV(self, request, context):
+        """Free a handle's pinned KV (its full blocks stay in the prefix cache).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetRole(self, request, context):
+        """Serve as another role: stop taking new requests, let in-flight ones finish (bounded), switch,
+        take requests again. INVALID_ARGUMENT for an unknown role.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -111,6 +162,26 @@ def add_WorkerServicer_to_server(servicer, server):
                     servicer.Drain,
                     request_deserializer=worker__pb2.DrainRequest.FromString,
                     response_serializer=worker__pb2.DrainResponse.SerializeToString,
+            ),
+            'Prefill': grpc.unary_unary_rpc_method_handler(
+                    servicer.Prefill,
+                    request_deserializer=worker__pb2.PrefillRequest.FromString,
+                    response_serializer=worker__pb2.PrefillResponse.SerializeToString,
+            ),
+            'PullKV': grpc.unary_stream_rpc_method_handler(
+                    servicer.PullKV,
+                    request_deserializer=worker__pb2.PullKVRequest.FromString,
+                    response_serializer=worker__pb2.KVChunk.SerializeToString,
+            ),
+            'ReleaseKV': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseKV,
+                    request_deserializer=worker__pb2.ReleaseKVRequest.FromString,
+                    response_serializer=worker__pb2.ReleaseKVResponse.SerializeToString,
+            ),
+            'SetRole': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetRole,
+                    request_deserializer=worker__pb2.SetRoleRequest.FromString,
+                    response_serializer=worker__pb2.SetRoleResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -221,6 +292,114 @@ class Worker:
             '/mindmotor.v1.Worker/Drain',
             worker__pb2.DrainRequest.SerializeToString,
             worker__pb2.DrainResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Prefill(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mindmotor.v1.Worker/Prefill',
+            worker__pb2.PrefillRequest.SerializeToString,
+            worker__pb2.PrefillResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PullKV(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/mindmotor.v1.Worker/PullKV',
+            worker__pb2.PullKVRequest.SerializeToString,
+            worker__pb2.KVChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseKV(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mindmotor.v1.Worker/ReleaseKV',
+            worker__pb2.ReleaseKVRequest.SerializeToString,
+            worker__pb2.ReleaseKVResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetRole(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mindmotor.v1.Worker/SetRole',
+            worker__pb2.SetRoleRequest.SerializeToString,
+            worker__pb2.SetRoleResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -39,6 +39,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ctl.add_argument("--version", default="", help="deployment version, e.g. a checkpoint id")
     ctl.add_argument("--weight", type=int, default=1, help="routing weight (default: %(default)s)")
 
+    pd = parser.add_argument_group("prefill/decode split")
+    pd.add_argument("--role", choices=("mixed", "prefill", "decode"), default="mixed",
+                    help="what routers send here; changeable at run time (default: %(default)s)")
+    pd.add_argument("--node", default=None,
+                    help="node name: KV moves over HCCS between workers of one node, else over the "
+                         "inter-node link (default: the host name)")
+    pd.add_argument("--kv-pull-timeout", type=float, default=5.0,
+                    help="decode side: seconds a KV pull may take before the prompt is computed "
+                         "here instead (default: %(default)s)")
+    pd.add_argument("--kv-pin-timeout", type=float, default=30.0,
+                    help="prefill side: pinned KV is freed after this many seconds if no decode "
+                         "instance released it (default: %(default)s)")
+
     eng = parser.add_argument_group("engine")
     eng.add_argument("--model", default=None, help="checkpoint directory (default: the bundled demo model)")
     eng.add_argument("--device", default="910B3", help="emulated device (default: %(default)s)")
@@ -70,11 +83,13 @@ def config_from_args(args: argparse.Namespace):
         num_blocks=args.num_blocks, max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=args.max_model_len,
         enable_prefix_caching=not args.no_prefix_caching,
-        enable_chunked_prefill=not args.no_chunked_prefill, seed=args.seed)
+        enable_chunked_prefill=not args.no_chunked_prefill, seed=args.seed, kv_pin_ttl_s=args.kv_pin_timeout)
     return WorkerConfig(engine=engine, host=args.host, port=args.port, metrics_port=args.metrics_port,
                         worker_id=args.worker_id or default_worker_id(), drain_timeout_s=args.drain_timeout,
                         controller=args.controller, advertise_address=args.advertise_address,
-                        deployment=args.deployment, version=args.version, weight=args.weight)
+                        deployment=args.deployment, version=args.version, weight=args.weight,
+                        role=args.role, kv_pull_timeout_s=args.kv_pull_timeout,
+                        **({"node": args.node} if args.node else {}))
 
 
 def run_worker(args: argparse.Namespace) -> int:

@@ -47,6 +47,26 @@ def response_from_output(out: RequestOutput) -> pb.GenerateResponse:
     return response
 
 
+def prefill_response(out: RequestOutput, prompt_token_ids: list[int], node: str, block_size: int
+                     ) -> pb.PrefillResponse:
+    """The first token of a prefill-only request; a handle when its KV is pinned (it continues on a
+    decode instance), else the finish reason (the first token already ended it)."""
+    pinned = out.finish_reason == "prefilled"
+    response = pb.PrefillResponse(
+        handle=out.request_id if pinned else "", token_ids=out.new_token_ids, text=out.new_text,
+        logprobs=[_token_logprob(lp) for lp in out.new_logprobs],
+        finish_reason="" if pinned else (out.finish_reason or ""),
+        usage=pb.Usage(prompt_tokens=out.num_prompt_tokens, completion_tokens=out.num_output_tokens,
+                       cached_tokens=out.num_cached_tokens),
+        prompt_token_ids=prompt_token_ids, node=node, block_size=block_size,
+        num_blocks=-(-len(prompt_token_ids) // block_size) if pinned else 0)
+    if isinstance(out.stop_reason, str):
+        response.stop_string = out.stop_reason
+    elif out.stop_reason is not None:
+        response.stop_token_id = int(out.stop_reason)
+    return response
+
+
 def _token_logprob(lp) -> pb.TokenLogprob:
     return pb.TokenLogprob(token_id=lp.token_id, logprob=lp.logprob,
                            top=[pb.TopLogprob(token_id=t, logprob=v) for t, v in lp.top])
@@ -59,7 +79,8 @@ def load_from_stats(stats, in_flight: int) -> pb.Load:
         prefix_hit_rate=stats.prefix_hit_rate, num_preemptions=stats.num_preemptions,
         prompt_tokens=stats.prompt_tokens, generation_tokens=stats.generation_tokens, steps=stats.steps,
         emulated_time_s=stats.emulated_time_s, host_time_s=stats.host_time_s,
-        lag_time_s=stats.lag_time_s)
+        lag_time_s=stats.lag_time_s, kv_pinned=stats.num_pinned, kv_transfers=stats.kv_transfers,
+        kv_transfer_s=stats.kv_transfer_s)
 
 
 def device_status_from_snapshot(snap: dict) -> pb.DeviceStatus:

@@ -14,6 +14,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0)
+KV_TRANSFER_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0)
 
 # device snapshot key -> (metric name, help); every sample is labelled `device`.
@@ -29,12 +30,20 @@ NPU_GAUGES = {
 class EngineCollector(Collector):
     """Engine load and device telemetry, read from the engine at each scrape."""
 
-    def __init__(self, engine, admission):
+    def __init__(self, engine, admission, role=lambda: "mixed"):
         self.engine = engine
         self.admission = admission
+        self.role = role
 
     def collect(self):
         stats = self.engine.stats()
+        role = GaugeMetricFamily("mindmotor_worker_role", "1 for the role this worker serves as", labels=["role"])
+        for name in ("mixed", "prefill", "decode"):
+            role.add_metric([name], 1.0 if self.role() == name else 0.0)
+        yield role
+        yield _gauge("mindmotor_kv_pinned_requests", "Prefilled requests whose KV waits for a decode instance",
+                     stats.num_pinned)
+        yield _gauge("mindmotor_kv_pinned_blocks", "KV blocks pinned for decode instances", stats.num_pinned_blocks)
         yield _gauge("mindmotor_num_requests_running", "Requests being computed", stats.num_running)
         yield _gauge("mindmotor_num_requests_waiting", "Requests queued for their first step", stats.num_waiting)
         yield _gauge("mindmotor_num_requests_in_flight", "Generate calls not yet finished",
@@ -76,9 +85,10 @@ def _npu_gauges(snapshot: dict):
 class WorkerMetrics:
     """The worker's registry: the scrape-time collector plus per-request latencies and outcomes."""
 
-    def __init__(self, engine, admission):
+    def __init__(self, engine, admission, role=lambda: "mixed"):
         self.registry = CollectorRegistry()
-        self.registry.register(EngineCollector(engine, admission))
+        self.collector = EngineCollector(engine, admission, role)
+        self.registry.register(self.collector)
         self.ttft = Histogram("mindmotor_time_to_first_token_seconds",
                               "From Generate start to the first token, at the worker",
                               buckets=TTFT_BUCKETS, registry=self.registry)
@@ -87,6 +97,17 @@ class WorkerMetrics:
                               buckets=TPOT_BUCKETS, registry=self.registry)
         self.requests = Counter("mindmotor_requests", "Finished Generate calls by finish reason",
                                 ["finish_reason"], registry=self.registry)
+        self.kv_transfer_seconds = Histogram(
+            "mindmotor_kv_transfer_seconds", "Emulated time of each KV pull from a prefill instance "
+            "(alpha + bytes / (eta * link bandwidth))", ["link"], buckets=KV_TRANSFER_BUCKETS,
+            registry=self.registry)
+        self.kv_transfer_bytes = Counter("mindmotor_kv_transfer_bytes",
+                                         "Emulated KV bytes pulled from prefill instances", ["link"],
+                                         registry=self.registry)
+        self.kv_transfers = Counter("mindmotor_kv_transfers", "Remote-prefilled requests by outcome "
+                                    "(pulled, or fallback: prefilled here)", ["outcome"], registry=self.registry)
+        self.role_switches = Counter("mindmotor_role_switches", "Role changes (SetRole)", ["role"],
+                                     registry=self.registry)
 
     def request_timer(self) -> "RequestTimer":
         return RequestTimer(self)

@@ -48,7 +48,12 @@ async def start_agent(config: WorkerConfig, port: int, metrics_port: int, servic
         log.info("drain commanded by the controller", extra={"reason": reason})
         await admission.start_drain()
 
-    agent = InstanceAgent(config.controller, request, load=load, on_drain=on_drain)
+    async def on_set_role(role: str) -> None:
+        log.info("role switch commanded by the controller", extra={"role": role})
+        await service.set_role(role)
+
+    agent = InstanceAgent(config.controller, request, load=load, on_drain=on_drain, on_set_role=on_set_role)
+    service.roles.on_change(agent.heartbeat_now)
     await agent.start()
     await agent.wait_registered(timeout=REGISTER_TIMEOUT_S)
     log.info("registered with the controller", extra={"controller": config.controller, "address": address})

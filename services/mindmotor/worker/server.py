@@ -35,7 +35,10 @@ async def serve(config: WorkerConfig) -> int:
     engine = AsyncLLMEngine(config.engine)
     admission = Admission()
     metrics = WorkerMetrics(engine, admission)
-    service = WorkerService(engine, admission, metrics, config.worker_id, config.role)
+    service = WorkerService(engine, admission, metrics, config.worker_id, config.role, node=config.node,
+                            kv_pull_timeout_s=config.kv_pull_timeout_s,
+                            role_drain_timeout_s=config.role_drain_timeout_s)
+    metrics.collector.role = lambda: service.role
     health = HealthServicer()
     server = grpc.aio.server()
     worker_pb2_grpc.add_WorkerServicer_to_server(service, server)
@@ -59,6 +62,7 @@ async def serve(config: WorkerConfig) -> int:
     if agent is not None:
         await agent.stop()
     await server.stop(STOP_GRACE_S)
+    await service.kv.close()
     metrics_http.shutdown()
     engine.shutdown()
     log.info("worker stopped", extra={"drained": drained})

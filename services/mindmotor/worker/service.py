@@ -3,6 +3,11 @@
 Generate streams one chunk per engine output. A request the engine refuses fails alone with
 INVALID_ARGUMENT; a client that cancels or goes away cancels this handler's task, which closes
 the engine stream, which aborts the request and frees its KV blocks.
+
+Prefill/decode split: `Prefill` runs a prefill-only request (first token back, KV pinned under
+its request id); `PullKV` streams a pinned KV to a decode instance, `ReleaseKV` frees it; a
+`Generate` with `remote_prefill` pulls the KV through `KVReceiver` before it decodes. `SetRole`
+switches the role after draining (`RoleSwitch`).
 """
 
 from __future__ import annotations
@@ -22,9 +27,12 @@ from mindmotor.protocol import worker_pb2 as pb
 from mindmotor.protocol import worker_pb2_grpc
 
 from .admission import Admission
-from .convert import (device_status_from_snapshot, load_from_stats, prompt_from_request,
+from .convert import (device_status_from_snapshot, load_from_stats, prefill_response, prompt_from_request,
                       response_from_output, sampling_params_from_proto)
+from .kv_receiver import KVReceiver
+from .kv_stream import DEFAULT_BLOCKS_PER_CHUNK, chunks_from_blocks
 from .metrics import WorkerMetrics
+from .roles import ROLES, RoleSwitch
 
 log = logging.getLogger("mindmotor.worker")
 
@@ -33,37 +41,73 @@ ROLE_MIXED = "mixed"
 
 class WorkerService(worker_pb2_grpc.WorkerServicer):
     def __init__(self, engine: AsyncLLMEngine, admission: Admission, metrics: WorkerMetrics,
-                 worker_id: str, role: str = ROLE_MIXED):
+                 worker_id: str, role: str = ROLE_MIXED, node: str = "", kv_pull_timeout_s: float = 5.0,
+                 role_drain_timeout_s: float = 30.0):
         self.engine = engine
         self.admission = admission
         self.metrics = metrics
         self.worker_id = worker_id
-        self.role = role
+        self.node = node
+        self.roles = RoleSwitch(admission, role, role_drain_timeout_s)
+        self.kv = KVReceiver(engine, metrics, node, kv_pull_timeout_s)
+
+    @property
+    def role(self) -> str:
+        return self.roles.role
 
     # ---- Generate ----------------------------------------------------------------------------
     async def Generate(self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext) -> None:
         request_id = request.request_id or uuid.uuid4().hex
         with request_context(request_id):
-            if not self.admission.accepting:
-                await _refuse(context, grpc.StatusCode.UNAVAILABLE,
-                              "the worker is draining and takes no new requests; send it elsewhere")
-            if request_id in self.admission.in_flight:
-                await _refuse(context, grpc.StatusCode.ALREADY_EXISTS,
-                              f"request id {request_id!r} is already in use")
-            try:
-                prompt = prompt_from_request(request)
-                params = sampling_params_from_proto(request.sampling)
-            except ValueError as exc:
-                await _refuse(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            prompt, params = await self._admit(request_id, request, context)
             with self.admission.track(request_id):
-                await self._stream(request_id, prompt, params, request.priority, context)
+                if request.HasField("remote_prefill"):
+                    if isinstance(prompt, str):
+                        await _refuse(context, grpc.StatusCode.INVALID_ARGUMENT,
+                                      "a remote-prefilled request must carry prompt_token_ids")
+                    open_outputs = lambda: self._remote_outputs(  # noqa: E731
+                        request_id, prompt, params, request.priority, request.remote_prefill)
+                else:
+                    open_outputs = lambda: self.engine.generate(  # noqa: E731
+                        request_id, prompt, params, request.priority)
+                await self._stream(open_outputs, context)
 
-    async def _stream(self, request_id: str, prompt: str | list[int], params: SamplingParams,
-                      priority: int, context: grpc.aio.ServicerContext) -> None:
+    async def _admit(self, request_id: str, request, context) -> tuple[str | list[int], SamplingParams]:
+        """Refuse (raising) when draining, for a duplicate id or a malformed request."""
+        if not self.admission.accepting:
+            await _refuse(context, grpc.StatusCode.UNAVAILABLE,
+                          "the worker is draining and takes no new requests; send it elsewhere")
+        if request_id in self.admission.in_flight:
+            await _refuse(context, grpc.StatusCode.ALREADY_EXISTS,
+                          f"request id {request_id!r} is already in use")
+        try:
+            return prompt_from_request(request), sampling_params_from_proto(request.sampling)
+        except ValueError as exc:
+            await _refuse(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+
+    async def _remote_outputs(self, request_id: str, prompt: list[int], params: SamplingParams, priority: int,
+                              remote: pb.RemotePrefill):
+        """The outputs of a request prefilled elsewhere: reserve blocks, pull the KV (or fall back
+        to prefilling here), then decode."""
+        skip, outputs = await self.engine.add_prefilled(
+            request_id, prompt, params, remote.first_token_id, remote.sent_chars, remote.cached_tokens, priority)
+        try:
+            outcome = await self.kv.receive(request_id, remote, len(prompt), skip)
+        except BaseException:
+            self.engine.abort(request_id)
+            raise
+        log.info("remote prefill received", extra={"outcome": outcome, "prefill": remote.address,
+                                                   "skip_blocks": skip})
+        async with aclosing(outputs) as stream:
+            async for out in stream:
+                yield out
+
+    async def _stream(self, open_outputs, context: grpc.aio.ServicerContext) -> None:
+        """Write every output of `open_outputs()` (raises RequestError for a refused request)."""
         timer = self.metrics.request_timer()
         finish_reason = "cancelled"          # unless the engine finishes it: the client went away
         try:
-            async with aclosing(self.engine.generate(request_id, prompt, params, priority)) as outputs:
+            async with aclosing(open_outputs()) as outputs:
                 async for out in outputs:
                     timer.on_tokens(len(out.new_token_ids))
                     await context.write(response_from_output(out))
@@ -106,7 +150,57 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
             block_size=engine.config.block_size, role=self.role, state=self.admission.state,
             load=load_from_stats(self.engine.stats(), len(self.admission.in_flight)),
             device=device_status_from_snapshot(self.engine.device_snapshot()),
-            emulated_profile=engine.device.profile.name, timing=engine.config.timing)
+            emulated_profile=engine.device.profile.name, timing=engine.config.timing, node=self.node)
+
+    # ---- Prefill, PullKV, ReleaseKV, SetRole -------------------------------------------------
+    async def Prefill(self, request: pb.PrefillRequest, context) -> pb.PrefillResponse:
+        request_id = request.request_id or uuid.uuid4().hex
+        with request_context(request_id):
+            prompt, params = await self._admit(request_id, request, context)
+            with self.admission.track(request_id):
+                timer = self.metrics.request_timer()
+                try:
+                    ids, _ = self.engine.engine.validate(prompt, params)
+                    async with aclosing(self.engine.generate(request_id, ids, params, request.priority,
+                                                             prefill_only=True)) as outputs:
+                        out = None
+                        async for out in outputs:
+                            timer.on_tokens(len(out.new_token_ids))
+                except RequestError as exc:
+                    await _refuse(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+                except EngineDeadError as exc:
+                    await context.abort(grpc.StatusCode.INTERNAL, str(exc))
+                timer.on_finish(out.finish_reason or "prefilled")
+                log.info("prefill done", extra={"finish_reason": out.finish_reason,
+                                                "prompt_tokens": len(ids), "ttft_s": timer.ttft_s,
+                                                "cached_tokens": out.num_cached_tokens})
+                return prefill_response(out, ids, self.node, self.engine.engine.config.block_size)
+
+    async def PullKV(self, request: pb.PullKVRequest, context):
+        try:
+            kv = await self.engine.call(lambda e: e.read_pinned_kv(request.handle, request.skip_blocks))
+        except KeyError:
+            await context.abort(grpc.StatusCode.NOT_FOUND,
+                                f"no pinned KV under handle {request.handle!r} (released or expired)")
+        for chunk in chunks_from_blocks(kv, request.blocks_per_chunk or DEFAULT_BLOCKS_PER_CHUNK):
+            await context.write(chunk)
+
+    async def ReleaseKV(self, request: pb.ReleaseKVRequest, context) -> pb.ReleaseKVResponse:
+        found = await self.engine.call(lambda e: e.release_kv(request.handle))
+        return pb.ReleaseKVResponse(found=found)
+
+    async def SetRole(self, request: pb.SetRoleRequest, context) -> pb.SetRoleResponse:
+        if request.role not in ROLES:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"role must be one of {', '.join(ROLES)}, got {request.role!r}")
+        previous, drained = await self.set_role(request.role, request.drain_timeout_s or None)
+        return pb.SetRoleResponse(previous_role=previous, role=self.role, drained=drained)
+
+    async def set_role(self, role: str, drain_timeout_s: float | None = None) -> tuple[str, bool]:
+        previous, drained = await self.roles.switch(role, drain_timeout_s)
+        if previous != role:
+            self.metrics.role_switches.labels(role=role).inc()
+        return previous, drained
 
     async def Drain(self, request: pb.DrainRequest, context) -> pb.DrainResponse:
         await self.admission.start_drain()
