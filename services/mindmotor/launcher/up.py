@@ -125,6 +125,7 @@ class Platform:
 
 
 def run(config: PlatformConfig) -> int:
+    logging.getLogger("httpx").setLevel(logging.WARNING)   # the readiness polls are not news
     platform = Platform(config)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
