@@ -143,3 +143,17 @@ def test_resumed_text_finds_a_stop_string_across_the_move_and_releases_held_text
     resumed = ResumedText(tok, prompt, ids[:cut], sent, stop=["zzz"])
     delta, stop = resumed.add(ids[cut:], finished=True)
     assert stop is None and "hello wor"[:sent] + delta == "hello world, stop here"
+
+
+def test_http_listening_socket_is_tcp_so_asyncio_disables_nagle():
+    """asyncio sets TCP_NODELAY on accepted connections only when the listening socket's protocol
+    is IPPROTO_TCP; with protocol 0 every response waited ~40 ms for a delayed ACK."""
+    import socket
+
+    from mindmotor.coordinator.server import bind_socket
+
+    sock = bind_socket("127.0.0.1", 0)
+    try:
+        assert sock.proto == socket.IPPROTO_TCP
+    finally:
+        sock.close()

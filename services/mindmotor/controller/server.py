@@ -113,7 +113,9 @@ class _AdminServer:
             def capture_signals(self):
                 yield
 
-        self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        # IPPROTO_TCP so that asyncio sets TCP_NODELAY on accepted connections (see coordinator/server.py)
+        self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM,
+                                  socket.IPPROTO_TCP)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((host, port))
         self.server = Server(uvicorn.Config(app, log_config=None, access_log=False, lifespan="off"))

@@ -1,0 +1,501 @@
+"""What the coordinator costs: (a) the latency it adds to a short request over calling the worker
+directly, (b) the highest rate of short requests it sustains, against a bare uvicorn JSON endpoint
+driven by the same client. Everything in one run, on 127.0.0.1.
+
+(a) The same request — prompt of 8 token ids, `max_tokens` 4, greedy, `ignore_eos`, non-streaming —
+    sent N times sequentially (after a warmup) straight to the worker (gRPC `Generate`, reading the
+    stream to its end) and through the coordinator (`POST /v1/completions`), alternating the two
+    paths so that both see the same background load. `added_latency_p50_ms` = p50(coordinator) −
+    p50(direct); target ≤ 2 ms.
+(b) A closed-loop client (C keep-alive connections, each sending its next request as soon as the
+    previous answer arrives) at C = 1, 2, 4, ... until the rate stops rising (< 5 % above the best
+    for two levels in a row, C ≥ 16): `max_tokens` 1 requests to the coordinator, then `POST` to the bare
+    uvicorn app (`coordinator_overhead_servers.py bare`, one process like the coordinator).
+    `rate_ratio_vs_bare_uvicorn` = max_rate_rps / bare_uvicorn_rps; target ≥ 0.5.
+
+Both parts are also run against `coordinator-nodelay` (the same coordinator with TCP_NODELAY on its
+connections; see `coordinator_overhead_servers.py`), reported as `*_nodelay`.
+
+The worker uses `--timing virtual` (no emulated waiting) and a tiny random-weight model, so the
+worker's own time is host time only. The client is a small hand-written HTTP/1.1 client on asyncio
+(much cheaper per request than httpx), in this process; it shares the host's 2 cores with the
+servers, and the CPU share of every process is reported per level (from /proc).
+
+    .venv/bin/python benchmarks/coordinator_overhead.py --quick      # < 1 min
+    .venv/bin/python benchmarks/coordinator_overhead.py --profile    # + cProfile of the coordinator
+
+Progress on stderr; ONE JSON object on the last line of stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import pstats
+import queue
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SERVERS = Path(__file__).resolve().parent / "coordinator_overhead_servers.py"
+PROMPT_IDS = [11, 12, 13, 14, 15, 16, 17, 18]
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def log(msg: str) -> None:
+    print(f"[coordinator_overhead] {msg}", file=sys.stderr, flush=True)
+
+
+# ---- processes ---------------------------------------------------------------------------------
+class Server:
+    """A subprocess that prints `PREFIX key=value...` on stdout when it serves; stderr to a file."""
+
+    def __init__(self, name: str, cmd: list[str], ready_prefix: str, log_path: Path, env: dict | None = None):
+        self.name = name
+        self.ready_prefix = ready_prefix
+        self._log = open(log_path, "ab")
+        self.log_path = log_path
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log, text=True,
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+        self._lines: queue.Queue = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+        self.ready: dict[str, str] = {}
+
+    def _pump(self) -> None:
+        for line in self.proc.stdout:
+            self._lines.put(line.rstrip("\n"))
+        self._lines.put(None)
+
+    def wait_ready(self, timeout_s: float = 60.0) -> dict[str, str]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                line = self._lines.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if line is None:
+                break
+            if line.startswith(self.ready_prefix):
+                self.ready = dict(p.split("=", 1) for p in line.split()[1:] if "=" in p)
+                return self.ready
+        self.stop()
+        tail = self.log_path.read_text(errors="replace")[-2000:]
+        raise RuntimeError(f"{self.name} did not become ready\n{tail}")
+
+    @property
+    def port(self) -> int:
+        return int(self.ready["port"])
+
+    def cpu_s(self) -> float:
+        """user + system CPU seconds of the process so far."""
+        try:
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / CLK_TCK
+        except (OSError, IndexError, ValueError):
+            return float("nan")
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+
+def mindmotor_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "mindmotor.cli", *args]
+
+
+def start_worker(model_dir: str, log_dir: Path) -> Server:
+    w = Server("worker", mindmotor_cmd("worker", "--model", model_dir, "--host", "127.0.0.1", "--port", "0",
+                                       "--metrics-port", "0", "--timing", "virtual"),
+               "MINDMOTOR_WORKER_READY", log_dir / "worker.log")
+    w.wait_ready()
+    return w
+
+
+def coordinator_args(worker_port: int, model_name: str, model_dir: str) -> list[str]:
+    return ["--host", "127.0.0.1", "--port", "0", "--worker", f"127.0.0.1:{worker_port}",
+            "--model", f"{model_name}={model_dir}"]
+
+
+def start_coordinator(worker_port: int, model_name: str, model_dir: str, log_dir: Path) -> Server:
+    c = Server("coordinator", mindmotor_cmd("coordinator", *coordinator_args(worker_port, model_name, model_dir)),
+               "MINDMOTOR_COORDINATOR_READY", log_dir / "coordinator.log")
+    c.wait_ready()
+    return c
+
+
+def start_helper(kind: str, args: list[str], log_dir: Path, profile_path: str | None = None) -> Server:
+    env = {"MINDMOTOR_BENCH_CPROFILE": profile_path} if profile_path else None
+    s = Server(kind, [sys.executable, str(SERVERS), kind, *args], "BENCH_SERVER_READY",
+               log_dir / f"{kind}.log", env=env)
+    s.wait_ready()
+    return s
+
+
+# ---- a small HTTP/1.1 client -------------------------------------------------------------------
+class HTTPConnection:
+    """One keep-alive HTTP/1.1 connection on asyncio streams (TCP_NODELAY, as asyncio sets it).
+    Enough for JSON request/response: Content-Length or chunked response bodies."""
+
+    def __init__(self, host: str, port: int):
+        self.host, self.port = host, port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def connect(self) -> None:
+        self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+    async def request(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
+        if self.writer is None:
+            await self.connect()
+        head = (f"{method} {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+        self.writer.write(head + body)
+        header = await self.reader.readuntil(b"\r\n\r\n")
+        lines = header.decode("latin-1").split("\r\n")
+        status = int(lines[0].split(" ", 2)[1])
+        headers = {}
+        for line in lines[1:]:
+            if ":" in line:
+                k, v = line.split(":", 1)
+                headers[k.strip().lower()] = v.strip()
+        if "content-length" in headers:
+            data = await self.reader.readexactly(int(headers["content-length"]))
+        elif headers.get("transfer-encoding", "").lower() == "chunked":
+            parts = []
+            while True:
+                size = int((await self.reader.readuntil(b"\r\n")).split(b";")[0], 16)
+                chunk = await self.reader.readexactly(size + 2)
+                if size == 0:
+                    break
+                parts.append(chunk[:-2])
+            data = b"".join(parts)
+        else:
+            data = await self.reader.read()
+            self.close()
+            self.writer = None
+        if headers.get("connection", "").lower() == "close":
+            self.close()
+            self.writer = None
+        return status, data
+
+
+def completion_body(model: str, max_tokens: int) -> bytes:
+    return json.dumps({"model": model, "prompt": PROMPT_IDS, "max_tokens": max_tokens, "temperature": 0,
+                       "ignore_eos": True}).encode()
+
+
+def pct(values: list[float], p: float) -> float:
+    return float(np.percentile(np.asarray(values) * 1000.0, p)) if values else float("nan")
+
+
+# ---- (a) added latency -------------------------------------------------------------------------
+async def measure_added_latency(worker_port: int, coordinators: dict[str, int], model: str, n: int,
+                                warmup: int, max_tokens: int = 4) -> dict:
+    """Sequential, alternating: direct gRPC Generate, then each coordinator, n times (after
+    `warmup` rounds). Returns p50/p90/mean per path and the added p50 of each coordinator."""
+    import grpc
+
+    from mindmotor.protocol import worker_pb2 as pb
+    from mindmotor.protocol import worker_pb2_grpc as pb_grpc
+
+    body = completion_body(model, max_tokens)
+    conns = {name: HTTPConnection("127.0.0.1", port) for name, port in coordinators.items()}
+    times: dict[str, list[float]] = {"direct": [], **{name: [] for name in coordinators}}
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{worker_port}") as channel:
+        stub = pb_grpc.WorkerStub(channel)
+
+        async def direct() -> None:
+            req = pb.GenerateRequest(sampling=pb.SamplingParams(max_tokens=max_tokens, temperature=0.0,
+                                                                ignore_eos=True))
+            req.prompt_token_ids.ids.extend(PROMPT_IDS)
+            tokens = 0
+            async for resp in stub.Generate(req):
+                tokens += len(resp.token_ids)
+            assert tokens == max_tokens, f"direct call produced {tokens} tokens"
+
+        for i in range(warmup + n):
+            t = time.perf_counter()
+            await direct()
+            if i >= warmup:
+                times["direct"].append(time.perf_counter() - t)
+            for name, conn in conns.items():
+                t = time.perf_counter()
+                status, data = await conn.request("POST", "/v1/completions", body)
+                if status != 200:
+                    raise RuntimeError(f"{name} answered {status}: {data[:200]!r}")
+                if i >= warmup:
+                    times[name].append(time.perf_counter() - t)
+            if (i + 1) % max(1, (warmup + n) // 5) == 0:
+                log(f"  latency: {i + 1}/{warmup + n} rounds")
+    for conn in conns.values():
+        conn.close()
+    out: dict = {"n": n, "warmup": warmup, "max_tokens": max_tokens, "prompt_tokens": len(PROMPT_IDS)}
+    for name, ts in times.items():
+        out[name] = {"p50_ms": pct(ts, 50), "p90_ms": pct(ts, 90), "mean_ms": float(np.mean(ts) * 1000)}
+    for name in coordinators:
+        out[name]["added_p50_ms"] = out[name]["p50_ms"] - out["direct"]["p50_ms"]
+    return out
+
+
+# ---- (b) closed-loop rate ----------------------------------------------------------------------
+async def closed_loop(port: int, path: str, body: bytes, concurrency: int, duration_s: float,
+                      warmup_s: float, method: str = "POST") -> dict:
+    """`concurrency` connections, each sending back to back for warmup_s + duration_s; rate and
+    latency over the measured part only."""
+    conns = [HTTPConnection("127.0.0.1", port) for _ in range(concurrency)]
+    await asyncio.gather(*(c.connect() for c in conns))
+    start = time.perf_counter()
+    measure_from = start + warmup_s
+    stop_at = measure_from + duration_s
+    latencies: list[float] = []
+    errors: dict[str, int] = {}
+
+    async def loop(conn: HTTPConnection) -> None:
+        while True:
+            t = time.perf_counter()
+            if t >= stop_at:
+                return
+            try:
+                status, _ = await conn.request(method, path, body)
+            except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+                errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
+                conn.close()
+                conn.writer = None
+                await asyncio.sleep(0.01)
+                continue
+            done = time.perf_counter()
+            if done >= measure_from and done < stop_at:
+                if status == 200:
+                    latencies.append(done - t)
+                else:
+                    errors[f"http_{status}"] = errors.get(f"http_{status}", 0) + 1
+
+    await asyncio.gather(*(loop(c) for c in conns))
+    for c in conns:
+        c.close()
+    return {"concurrency": concurrency, "requests": len(latencies), "rps": len(latencies) / duration_s,
+            "p50_ms": pct(latencies, 50), "p99_ms": pct(latencies, 99), "errors": errors}
+
+
+def sweep(name: str, port: int, path: str, body: bytes, levels: list[int], duration_s: float, warmup_s: float,
+          procs: dict[str, Server], min_stop_concurrency: int = 16) -> dict:
+    """Closed-loop levels until the rate stops rising (two levels in a row < 5 % above the best,
+    not before `min_stop_concurrency`: on a shared host one level can dip); per level the CPU share
+    (cores) of each process and of this client."""
+    rows = []
+    best = 0.0
+    flat = 0
+    for c in levels:
+        cpu0 = {k: p.cpu_s() for k, p in procs.items()}
+        client0, wall0 = time.process_time(), time.perf_counter()
+        row = asyncio.run(closed_loop(port, path, body, c, duration_s, warmup_s))
+        wall = time.perf_counter() - wall0
+        row["cpu_cores"] = {k: round((p.cpu_s() - cpu0[k]) / wall, 3) for k, p in procs.items()}
+        row["cpu_cores"]["client"] = round((time.process_time() - client0) / wall, 3)
+        # CPU milliseconds each process spends per completed request (warmup included in the CPU
+        # time, so slightly high): 1000 / this is the rate one core could carry
+        done = row["rps"] * wall if row["rps"] else 0
+        row["cpu_ms_per_request"] = {k: round(v * wall * 1000 / done, 3) if done else None
+                                     for k, v in row["cpu_cores"].items()}
+        rows.append(row)
+        log(f"  {name} C={c:<4} {row['rps']:8.1f} req/s  p50 {row['p50_ms']:7.2f} ms  p99 {row['p99_ms']:7.2f} ms"
+            f"  cpu {row['cpu_cores']}" + (f"  errors {row['errors']}" if row["errors"] else ""))
+        if row["rps"] > best * 1.05:
+            flat = 0
+        else:
+            flat += 1
+        best = max(best, row["rps"])
+        if flat >= 2 and c >= min_stop_concurrency:
+            break
+    peak = max(rows, key=lambda r: r["rps"])
+    return {"levels": rows, "max_rps": peak["rps"], "at_concurrency": peak["concurrency"],
+            "p50_ms_at_max": peak["p50_ms"], "p99_ms_at_max": peak["p99_ms"]}
+
+
+def best_under_p99(levels: list[dict], p99_ms: float) -> dict | None:
+    ok = [r for r in levels if r["p99_ms"] < p99_ms and not r["errors"]]
+    return max(ok, key=lambda r: r["rps"]) if ok else None
+
+
+def profile_summary(path: str, top: int = 18) -> list[dict]:
+    """Top functions of a cProfile dump by internal time."""
+    stats = pstats.Stats(path)
+    total = stats.total_tt
+    rows = []
+    for (file, line, func), (cc, nc, tt, ct, _callers) in stats.stats.items():
+        rows.append({"function": f"{Path(file).name}:{line}:{func}", "file": file, "calls": nc,
+                     "tottime_s": round(tt, 4), "cumtime_s": round(ct, 4),
+                     "tottime_share": round(tt / total, 4) if total else 0.0})
+    rows.sort(key=lambda r: r["tottime_s"], reverse=True)
+    return rows[:top]
+
+
+def profile_by_area(path: str) -> dict:
+    """Internal time grouped by where the code lives (a coarse map of the coordinator's CPU)."""
+    stats = pstats.Stats(path)
+    areas: dict[str, float] = {}
+    for (file, _line, _func), (_cc, _nc, tt, _ct, _callers) in stats.stats.items():
+        f = file.replace("\\", "/")
+        if "/mindmotor/coordinator/" in f:
+            key = "mindmotor.coordinator"
+        elif "/mindmotor/" in f:
+            key = "mindmotor (other)"
+        elif "/site-packages/" in f:
+            key = f.split("/site-packages/")[1].split("/")[0]
+        elif f.startswith("~") or f.startswith("<"):
+            key = "builtins/C"
+        else:
+            path = Path(f)
+            key = "stdlib:" + (path.parent.name if path.stem == "__init__" else path.stem)
+        areas[key] = areas.get(key, 0.0) + tt
+    total = sum(areas.values()) or 1.0
+    top = sorted(areas.items(), key=lambda kv: kv[1], reverse=True)[:14]
+    return {k: round(v / total, 4) for k, v in top}
+
+
+# ---- the benchmark -----------------------------------------------------------------------------
+def tiny_model(directory: Path) -> str:
+    from mindmotor.model.testing import write_tiny_checkpoint
+
+    return str(write_tiny_checkpoint(directory))
+
+
+def run(args: argparse.Namespace) -> dict:
+    quick = args.quick
+    n = args.n or (60 if quick else 400)
+    warmup = 10 if quick else 40
+    levels = [1, 4, 16, 64] if quick else [1, 2, 4, 8, 16, 32, 64, 128, 256]
+    duration_s, warmup_s = (1.0, 0.3) if quick else (3.0, 0.5)
+    workdir = Path(tempfile.mkdtemp(prefix="mindmotor-coord-overhead-"))
+    model_dir = args.model or tiny_model(workdir / "tiny")
+    model = Path(model_dir).name
+    log(f"model {model_dir}; logs in {workdir}")
+    servers: list[Server] = []
+    result: dict = {"benchmark": "coordinator_overhead", "quick": quick, "model": model_dir,
+                    "worker_timing": "virtual", "client": "asyncio HTTP/1.1 keep-alive, in the benchmark process",
+                    "host_cores": os.cpu_count(), "loadavg_at_start": list(os.getloadavg())}
+    t_start = time.perf_counter()
+    try:
+        worker = start_worker(model_dir, workdir)
+        servers.append(worker)
+        coord = start_coordinator(worker.port, model, model_dir, workdir)
+        servers.append(coord)
+        nodelay = start_helper("coordinator-nodelay", coordinator_args(worker.port, model, model_dir), workdir)
+        servers.append(nodelay)
+        log(f"worker :{worker.port}, coordinator :{coord.port}, coordinator-nodelay :{nodelay.port}")
+
+        log(f"(a) added latency: {n} sequential requests per path (max_tokens 4), {warmup} warmup")
+        lat = measure_added_latency(worker.port, {"coordinator": coord.port, "coordinator_nodelay": nodelay.port},
+                                    model, n, warmup)
+        lat = asyncio.run(lat)
+        result["latency"] = lat
+        log(f"  direct p50 {lat['direct']['p50_ms']:.2f} ms; coordinator p50 {lat['coordinator']['p50_ms']:.2f} ms "
+            f"(+{lat['coordinator']['added_p50_ms']:.2f}); nodelay p50 {lat['coordinator_nodelay']['p50_ms']:.2f} ms "
+            f"(+{lat['coordinator_nodelay']['added_p50_ms']:.2f})")
+
+        body = completion_body(model, 1)
+        log("(b) closed-loop max rate, max_tokens 1")
+        procs = {"coordinator": coord, "worker": worker}
+        result["rate_coordinator"] = sweep("coordinator", coord.port, "/v1/completions", body, levels,
+                                           duration_s, warmup_s, procs)
+        result["rate_coordinator_nodelay"] = sweep("coordinator-nodelay", nodelay.port, "/v1/completions", body,
+                                                   levels, duration_s, warmup_s,
+                                                   {"coordinator": nodelay, "worker": worker})
+        coord.stop()
+        nodelay.stop()
+        bare = start_helper("bare", ["127.0.0.1"], workdir)
+        servers.append(bare)
+        result["rate_bare_uvicorn"] = sweep("bare-uvicorn", bare.port, "/v1/completions", body, levels,
+                                            duration_s, warmup_s, {"bare_uvicorn": bare})
+        bare.stop()
+
+        if args.profile:
+            prof_path = str(workdir / "coordinator.prof")
+            peak_c = max(16, result["rate_coordinator_nodelay"]["at_concurrency"])
+            log(f"profile: coordinator-nodelay under cProfile, C={peak_c}, {args.profile_s:.0f} s")
+            profiled = start_helper("coordinator-nodelay", coordinator_args(worker.port, model, model_dir),
+                                    workdir, profile_path=prof_path)
+            servers.append(profiled)
+            asyncio.run(closed_loop(profiled.port, "/v1/completions", body, 4, 1.0, 0.2))
+            row = asyncio.run(closed_loop(profiled.port, "/v1/completions", body, peak_c, args.profile_s, 0.5))
+            profiled.stop()
+            result["profile"] = {"concurrency": peak_c, "rps_under_cprofile": row["rps"], "stats_file": prof_path,
+                                 "by_area": profile_by_area(prof_path), "top_tottime": profile_summary(prof_path)}
+    finally:
+        for s in servers:
+            s.stop()
+
+    rc, rn, rb = result["rate_coordinator"], result["rate_coordinator_nodelay"], result["rate_bare_uvicorn"]
+    lat = result["latency"]
+    design = {"target_rps": 5000, "target_p99_ms": 80}
+    for key, r in (("coordinator", rc), ("coordinator_nodelay", rn)):
+        b = best_under_p99(r["levels"], 80.0)
+        design[f"{key}_best_rps_with_p99_under_80ms"] = b["rps"] if b else 0.0
+    design["reachable_here"] = max(design["coordinator_best_rps_with_p99_under_80ms"],
+                                   design["coordinator_nodelay_best_rps_with_p99_under_80ms"]) >= 5000
+    design["replicas_needed_at_measured_rate"] = (
+        int(np.ceil(5000 / rn["max_rps"])) if rn["max_rps"] > 0 else None)
+    result.update({
+        "direct_p50_ms": lat["direct"]["p50_ms"], "direct_p90_ms": lat["direct"]["p90_ms"],
+        "coordinator_p50_ms": lat["coordinator"]["p50_ms"], "coordinator_p90_ms": lat["coordinator"]["p90_ms"],
+        "added_latency_p50_ms": lat["coordinator"]["added_p50_ms"],
+        "added_latency_p50_ms_nodelay": lat["coordinator_nodelay"]["added_p50_ms"],
+        "added_latency_target_met": lat["coordinator"]["added_p50_ms"] <= 2.0,
+        "max_rate_rps": rc["max_rps"], "max_rate_rps_nodelay": rn["max_rps"], "bare_uvicorn_rps": rb["max_rps"],
+        "rate_ratio_vs_bare_uvicorn": rc["max_rps"] / rb["max_rps"] if rb["max_rps"] else None,
+        "rate_ratio_vs_bare_uvicorn_nodelay": rn["max_rps"] / rb["max_rps"] if rb["max_rps"] else None,
+        "design_5000rps_p99_80ms": design, "wall_s": round(time.perf_counter() - t_start, 1),
+    })
+    result["rate_ratio_target_met"] = (result["rate_ratio_vs_bare_uvicorn"] or 0) >= 0.5
+    return result
+
+
+def finite(obj):
+    """NaN (no measurement) -> None, so that the output is strict JSON."""
+    if isinstance(obj, float) and obj != obj:
+        return None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [finite(v) for v in obj]
+    return obj
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="fewer requests and levels (< 1 min)")
+    p.add_argument("--n", type=int, default=None, help="measured requests per path in (a) (default 400; quick 60)")
+    p.add_argument("--model", default=None, help="checkpoint directory (default: a tiny random-weight model)")
+    p.add_argument("--profile", action="store_true", help="also run the nodelay coordinator under cProfile")
+    p.add_argument("--profile-s", type=float, default=5.0, help="seconds of profiled load")
+    p.add_argument("--save-json", default=None)
+    args = p.parse_args(argv)
+    result = finite(run(args))
+    if args.save_json:
+        Path(args.save_json).write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result, allow_nan=False), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
