@@ -66,7 +66,7 @@ def make_requests(n: int, vocab_size: int, seed: int, max_output: int = 1024,
     return reqs
 
 
-STATIC_RESERVATIONS = ("max_tokens", "context", "oracle")
+STATIC_RESERVATIONS = ("max_tokens", "context", "oracle", "padded")
 
 
 def static_policy(kv_tokens: int, block_size: int, max_num_seqs: int, reserve: str = "max_tokens",
@@ -74,7 +74,9 @@ def static_policy(kv_tokens: int, block_size: int, max_num_seqs: int, reserve: s
     """Admit a batch only into an empty engine: the longest run of waiting requests whose
     block-rounded reservations fit. Reservation per sequence: prompt + the declared max_tokens
     ("max_tokens"), the whole context max_model_len ("context": max_tokens left unset), or
-    prompt + the true output length ("oracle": a static server that knew the future)."""
+    prompt + the true output length ("oracle": a static server that knew the future), or the
+    batch's longest prompt + the declared max_tokens ("padded": the batch is one fixed-shape
+    tensor, every row as long as its longest prompt, as classic static batching runs it)."""
     if reserve not in STATIC_RESERVATIONS:
         raise ValueError(f"reserve must be one of {STATIC_RESERVATIONS}")
 
@@ -85,15 +87,23 @@ def static_policy(kv_tokens: int, block_size: int, max_num_seqs: int, reserve: s
             tokens = r.prompt_len + (r.output_len if reserve == "oracle" else r.declared_max_tokens)
         return -(-tokens // block_size) * block_size
 
+    def padded_row(longest_prompt: int, r: BenchRequest) -> int:
+        return -(-(longest_prompt + r.declared_max_tokens) // block_size) * block_size
+
     def admit(engine: LLMEngine, ready: list[BenchRequest]) -> int:
         if engine.has_unfinished_requests():
             return 0
-        used = k = 0
+        used = k = longest = 0
         for r in ready:
-            need = reservation(r)
-            if k >= max_num_seqs or used + need > kv_tokens:
+            if reserve == "padded":
+                longest = max(longest, r.prompt_len)
+                fits = (k + 1) * padded_row(longest, r) <= kv_tokens
+            else:
+                need = reservation(r)
+                fits = used + need <= kv_tokens
+            if k >= max_num_seqs or not fits:
                 break
-            used += need
+            used += 0 if reserve == "padded" else need
             k += 1
         if k == 0:
             raise RuntimeError(f"request {ready[0].request_id} needs {reservation(ready[0])} KV tokens; "
@@ -111,19 +121,36 @@ def _engine(model_dir: str, seed: int, max_num_seqs: int, num_blocks: int | None
 class StaticPadding:
     """Prices static batching as the fixed-shape batch it is on the card: a member that has finished
     keeps its row (a padding decode whose context keeps growing) until the batch's longest member
-    finishes. Same cost model as the engine; the engine's own (unpadded) time is kept as well."""
+    finishes. Same cost model as the engine; the engine's own (unpadded) time is kept as well.
 
-    def __init__(self, engine: LLMEngine):
+    With `pad_prompts`, every row is also as long as the batch's longest prompt: the padding
+    tokens are prefilled with the batch's first step, and every decode row attends to its padding
+    (the attention cost is linear in the context, so each row is charged the batch's mean padding)."""
+
+    def __init__(self, engine: LLMEngine, pad_prompts: bool = False):
         self.cost_model = engine.device.cost_model
+        self.pad_prompts = pad_prompts
         self.seconds = 0.0
         self.padding_rows = 0
+        self.padding_prompt_tokens = 0
         self._done: dict[str, int] = {}   # finished member → context of its next padding row
+        self._batch_padding = None        # padding tokens of the current batch's prompts
 
     def __call__(self, shape: StepShape, outputs, driver) -> None:
+        prefills = list(shape.prefills)
+        if self.pad_prompts and self._batch_padding is None:    # the batch's first step
+            prompts = [len(seq.prompt_token_ids) for seq in driver.engine.requests.values()]
+            longest = max(prompts, default=0)
+            self._batch_padding = sum(longest - p for p in prompts)
+            self._row_padding = self._batch_padding / max(1, len(prompts))   # mean per row
+            self.padding_prompt_tokens += self._batch_padding
+            prefills += [(longest - p, p) for p in prompts if longest > p]
         pad = list(self._done.values())
         self.padding_rows += len(pad)
-        self.seconds += self.cost_model.step(StepShape(prefills=list(shape.prefills),
-                                                       decodes=list(shape.decodes) + pad)).seconds
+        decodes = list(shape.decodes) + pad
+        if self.pad_prompts and self._batch_padding:
+            decodes = [k + round(self._row_padding) for k in decodes]
+        self.seconds += self.cost_model.step(StepShape(prefills=prefills, decodes=decodes)).seconds
         for rid in self._done:
             self._done[rid] += 1
         for out in outputs:
@@ -131,6 +158,7 @@ class StaticPadding:
                 self._done[out.request_id] = out.num_prompt_tokens + out.num_output_tokens + 1
         if not driver.engine.has_unfinished_requests():   # the batch is over
             self._done.clear()
+            self._batch_padding = None
 
 
 def _summary(res: DriverResult, engine: LLMEngine, emulated_s: float | None = None) -> dict:
@@ -156,7 +184,7 @@ def compare(requests: list[BenchRequest], model_dir: str, seed: int, *, max_num_
             progress: bool = True, tag: str = "") -> dict:
     """Continuous vs static (padded, and the engine's unpadded time) on `requests`; with
     `variants`, also static reserving the whole context and static with oracle reservations."""
-    modes = ["continuous", "static"] + (["static_context", "static_oracle"] if variants else [])
+    modes = ["continuous", "static"] + (["static_context", "static_oracle", "static_padded"] if variants else [])
     results, engines, padders = {}, {}, {}
     for name in modes:
         engine = _engine(model_dir, seed, max_num_seqs, num_blocks)
@@ -164,10 +192,11 @@ def compare(requests: list[BenchRequest], model_dir: str, seed: int, *, max_num_
         if name == "continuous":
             policy, padder = admit_all, None
         else:
-            reserve = {"static": "max_tokens", "static_context": "context", "static_oracle": "oracle"}[name]
+            reserve = {"static": "max_tokens", "static_context": "context", "static_oracle": "oracle",
+                       "static_padded": "padded"}[name]
             policy = static_policy(bm.num_blocks * bm.block_size, bm.block_size, max_num_seqs,
                                    reserve=reserve, max_model_len=engine.max_model_len)
-            padder = StaticPadding(engine)
+            padder = StaticPadding(engine, pad_prompts=reserve == "padded")
         t = time.perf_counter()
         res = VirtualClockDriver(engine, requests, admit=policy, progress=progress,
                                  desc=f"{tag}{name}", run_model=run_model, on_step=padder).run()
