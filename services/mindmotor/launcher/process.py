@@ -16,15 +16,23 @@ import time
 from pathlib import Path
 
 
-def _terminate_with_parent() -> None:
-    """In the child, before exec: get SIGTERM (drain and exit) if the parent dies, even by SIGKILL,
-    so a supervisor that is killed never leaves services running (Linux prctl PR_SET_PDEATHSIG)."""
+def _load_libc():
     try:
         import ctypes
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+        return ctypes.CDLL("libc.so.6", use_errno=True)
     except OSError:   # not Linux/glibc: the supervisor's own stop() is all there is
-        pass
+        return None
+
+
+_LIBC = _load_libc()   # loaded here, in the parent: the child between fork and exec only calls it
+
+
+def _terminate_with_parent() -> None:
+    """In the child, before exec: get SIGTERM (drain and exit) if the parent dies, even by SIGKILL,
+    so a supervisor that is killed never leaves services running (Linux prctl PR_SET_PDEATHSIG)."""
+    if _LIBC is not None:
+        _LIBC.prctl(1, signal.SIGTERM)   # 1 = PR_SET_PDEATHSIG
 
 
 class ChildProcessError(RuntimeError):
