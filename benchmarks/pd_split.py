@@ -8,14 +8,18 @@ Four emulated 910B3 instances serving the `qwen2-7b` profile; prompts ~2,000 tok
   mixed_chunked  4 mixed instances, chunked prefill on (token budget `--chunk-tokens` per step)
   split          2 prefill + 2 decode instances; the KV moves over HCCS, priced by the cost model
 
-In-process, on one emulated clock (benchmarks/pd_cluster.py): every engine steps on its own
-card's clock, events and steps in global time order; figures are emulated time (host speed does
-not enter). TTFT = first token − arrival (for the split: the first token on the prefill instance);
-TPOT = (last token − first token) / (tokens − 1) per request.
+`--mode emulated` (default): in-process, on one emulated clock (benchmarks/pd_cluster.py): every
+engine steps on its own card's clock, events and steps in global time order; figures are emulated
+time (host speed does not enter). TTFT = first token − arrival (for the split: the first token on
+the prefill instance); TPOT = (last token − first token) / (tokens − 1) per request.
 
-    python benchmarks/pd_split.py [--quick] [--rate R] [--requests N]
+`--mode realtime`: real worker processes with `--timing realtime` behind a real coordinator, an
+HTTP streaming client, the host's lag reported per worker (benchmarks/pd_realtime.py).
 
-Progress on stderr; the last stdout line is one JSON object.
+    python benchmarks/pd_split.py [--mode emulated|realtime] [--quick] [--rate R] [--requests N]
+
+Progress on stderr; the last stdout line is one JSON object; CDF plots of TTFT and TPOT go to
+`benchmarks/results/pd_split_<mode>.png` (`--plot PATH`, `--no-plot`).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from mindmotor.engine.llm_engine import LLMEngine
 from benchmarks.common import (BenchRequest, _progress_bar, add_common_args, benchmark_checkpoint, finish, log,
                                percentile, poisson_arrivals, r3, r4, random_tokens)
 from benchmarks.pd_cluster import ClusterSim, Instance
+from benchmarks.pd_plots import plot_cdfs
 
 PROFILE = "qwen2-7b"
 DEVICE = "910B3"
@@ -80,28 +85,13 @@ def summarize(result, wall_s: float) -> dict:
            "ttft_p99_s": r4(percentile(ttft, 99)), "tpot_p50_s": r4(percentile(tpot, 50)),
            "tpot_p90_s": r4(percentile(tpot, 90)), "tpot_p99_s": r4(percentile(tpot, 99)),
            "throughput_tok_s": r3(sum(r.num_output_tokens for r in recs) / result.makespan_s),
-           "steps": result.steps, "wall_s": r3(wall_s)}
+           "steps": result.steps, "wall_s": r3(wall_s), "ttft_s": [r4(x) for x in ttft], "tpot_s": [r4(x) for x in tpot]}
     if result.transfers_s:
         out["kv_transfer_mean_s"] = round(float(np.mean(result.transfers_s)), 6)
     return out
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_common_args(parser)
-    parser.add_argument("--rate", type=float, default=12.0, help="requests/s (default: %(default)s)")
-    parser.add_argument("--requests", type=int, default=None, help="(default: 400; --quick: 120)")
-    parser.add_argument("--chunk-tokens", type=int, default=2048,
-                        help="token budget per step of the chunked-prefill baseline (default: %(default)s)")
-    parser.add_argument("--link", choices=("intra_node", "inter_node"), default="intra_node")
-    args = parser.parse_args(argv)
-    n = args.requests or (120 if args.quick else 400)
-    rate = args.rate
-    model_dir = benchmark_checkpoint(args.model, args.seed)
-    vocab = LLMEngine(EngineConfig(model=model_dir, num_blocks=16)).model.config.vocab_size
-    requests = make_requests(n, vocab, args.seed, rate)
-    log(f"pd_split: {n} requests at {rate}/s, {NUM_INSTANCES}x {DEVICE} emulating {PROFILE}, in-process virtual clock")
-
+def run_emulated(args, model_dir: str, requests: list[BenchRequest]) -> dict:
     runs = {}
     for kind in ("mixed", "mixed_chunked", "split"):
         bar = _progress_bar(sum(r.output_len for r in requests), kind)
@@ -111,18 +101,83 @@ def main(argv=None) -> None:
         if bar is not None:
             bar.close()
         runs[kind] = summarize(result, time.perf_counter() - started)
-        log(f"  {kind:14s} {runs[kind]}")
+        log(f"  {kind:14s} {brief(runs[kind])}")
+    return runs
 
+
+def brief(run: dict) -> dict:
+    return {k: v for k, v in run.items() if k not in ("ttft_s", "tpot_s", "workers")}
+
+
+def comparison(runs: dict) -> dict:
     mixed, chunked, split = runs["mixed"], runs["mixed_chunked"], runs["split"]
-    finish({
-        "benchmark": "pd_split", "mode": "in-process, virtual emulated clock (no host time in the figures)",
-        "ttft_p90_reduction_vs_mixed": r3(1 - split["ttft_p90_s"] / mixed["ttft_p90_s"]),
-        "tpot_p90_ratio_vs_mixed": r3(split["tpot_p90_s"] / mixed["tpot_p90_s"]),
-        "ttft_p90_reduction_vs_chunked": r3(1 - split["ttft_p90_s"] / chunked["ttft_p90_s"]),
-        "tpot_p90_ratio_vs_chunked": r3(split["tpot_p90_s"] / chunked["tpot_p90_s"]),
-        "rate_per_s": rate, "requests": n, "instances": NUM_INSTANCES, "split": "2P:2D", "device": DEVICE,
-        "profile": PROFILE, "chunk_tokens": args.chunk_tokens, "link": args.link, "quick": args.quick,
-        "runs": runs}, args.save_json)
+    return {"ttft_p90_reduction_vs_mixed": r3(1 - split["ttft_p90_s"] / mixed["ttft_p90_s"]),
+            "tpot_p90_ratio_vs_mixed": r3(split["tpot_p90_s"] / mixed["tpot_p90_s"]),
+            "ttft_p90_reduction_vs_chunked": r3(1 - split["ttft_p90_s"] / chunked["ttft_p90_s"]),
+            "tpot_p90_ratio_vs_chunked": r3(split["tpot_p90_s"] / chunked["tpot_p90_s"])}
+
+
+def lag_figures(runs: dict) -> dict:
+    """Host lag of the realtime runs: per cluster, and whether any of them was host-bound."""
+    per = {kind: {"host_lag_s": run["host_lag_s"], "host_lag_share": run["host_lag_share"],
+                  "host_bound": run["host_bound"], "client_loop_delay_max_s": run["client_loop_delay_max_s"]}
+           for kind, run in runs.items()}
+    return {"host_lag": per, "host_bound": any(p["host_bound"] for p in per.values())}
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_common_args(parser)
+    parser.add_argument("--mode", choices=("emulated", "realtime"), default="emulated",
+                        help="emulated: in-process, one emulated clock; realtime: worker processes, a "
+                             "coordinator and an HTTP client on this machine (default: %(default)s)")
+    parser.add_argument("--rate", type=float, default=None, help="requests/s (default: 12; realtime --quick: 6)")
+    parser.add_argument("--requests", type=int, default=None,
+                        help="(default: 400, --quick 120; realtime: 240, --quick 60)")
+    parser.add_argument("--chunk-tokens", type=int, default=2048,
+                        help="token budget per step of the chunked-prefill baseline (default: %(default)s)")
+    parser.add_argument("--link", choices=("intra_node", "inter_node"), default="intra_node")
+    parser.add_argument("--plot", default=None, metavar="PATH",
+                        help="CDF plot (default: benchmarks/results/pd_split_<mode>[_quick].png)")
+    parser.add_argument("--no-plot", action="store_true")
+    args = parser.parse_args(argv)
+    realtime = args.mode == "realtime"
+    n = args.requests or {(False, False): 400, (False, True): 120, (True, False): 240, (True, True): 60}[
+        (realtime, args.quick)]
+    rate = args.rate or (6.0 if realtime and args.quick else 12.0)
+    if realtime:
+        from benchmarks import pd_realtime
+
+        model_dir = args.model or pd_realtime.host_checkpoint(args.seed)
+    else:
+        model_dir = benchmark_checkpoint(args.model, args.seed)
+    vocab = LLMEngine(EngineConfig(model=model_dir, num_blocks=16)).model.config.vocab_size
+    requests = make_requests(n, vocab, args.seed, rate)
+    log(f"pd_split: {n} requests at {rate}/s, {NUM_INSTANCES}x {DEVICE} emulating {PROFILE}, mode {args.mode}")
+
+    if realtime:
+        runs = pd_realtime.run(model_dir, requests, args.chunk_tokens, args.seed)
+        mode = ("realtime: 4 worker processes (--timing realtime) + coordinator + HTTP streaming client on this "
+                "host; client-side TTFT/TPOT")
+    else:
+        runs = run_emulated(args, model_dir, requests)
+        mode = "in-process, virtual emulated clock (no host time in the figures)"
+    if not args.no_plot:
+        suffix = "_quick" if args.quick else ""
+        path = plot_cdfs(runs, args.plot or Path(__file__).resolve().parent / "results" /
+                         f"pd_split_{args.mode}{suffix}.png",
+                         f"pd_split ({args.mode}): {n} requests at {rate}/s, 4x {DEVICE} emulating {PROFILE}")
+        log(f"  plot: {path}")
+    result = {"benchmark": "pd_split", "mode": mode, **comparison(runs)}
+    if realtime:
+        result.update(lag_figures(runs))
+    result.update({"rate_per_s": rate, "requests": n, "instances": NUM_INSTANCES, "split": "2P:2D", "device": DEVICE,
+                   "profile": PROFILE, "chunk_tokens": args.chunk_tokens, "link": args.link, "quick": args.quick,
+                   "runs": {kind: brief(run) for kind, run in runs.items()}})
+    if realtime:
+        for kind, run in runs.items():
+            result["runs"][kind]["workers"] = run["workers"]
+    finish(result, args.save_json)
 
 
 if __name__ == "__main__":

@@ -100,3 +100,25 @@ def test_finish_prints_one_json_line_last(capsys, tmp_path):
     lines = capsys.readouterr().out.strip().splitlines()
     assert json.loads(lines[-1]) == {"a": 1, "b": [1, 2]}
     assert json.loads((tmp_path / "out.json").read_text()) == {"a": 1, "b": [1, 2]}
+
+
+def test_pd_realtime_helpers_and_plot(tmp_path):
+    """The realtime P/D variant's pure parts: cluster layouts, host-lag accounting, the CDF plot."""
+    from types import SimpleNamespace
+
+    from benchmarks import pd_realtime
+    from benchmarks.pd_plots import plot_cdfs
+
+    assert [r for r, _ in pd_realtime.worker_roles("split", 2048)] == ["prefill", "prefill", "decode", "decode"]
+    assert all("--no-chunked-prefill" in f for _, f in pd_realtime.worker_roles("mixed", 2048))
+    assert all("--no-chunked-prefill" not in f for _, f in pd_realtime.worker_roles("mixed_chunked", 2048))
+
+    def status(lag, busy):
+        return SimpleNamespace(worker_id="w", role="mixed", load=SimpleNamespace(lag_time_s=lag, emulated_time_s=busy))
+
+    lag = pd_realtime.host_lag([status(1.0, 10.0)] * 2, [status(1.5, 20.0), status(1.0, 30.0)], wall_s=10.0)
+    assert lag["host_lag_s"] == 0.5 and lag["emulated_busy_s"] == 30.0 and not lag["host_bound"]
+    assert pd_realtime.host_lag([status(0, 0)], [status(2.0, 10.0)], 10.0)["host_bound"]
+    path = plot_cdfs({"mixed": {"ttft_s": [0.1, 0.2], "tpot_s": [0.02, 0.03]}, "split": {"ttft_s": [0.3]}},
+                     tmp_path / "cdf.png", "test")
+    assert path.stat().st_size > 1000

@@ -50,7 +50,7 @@ class ControllerProcess:
     """One `mindmotor controller` process on 127.0.0.1."""
 
     def __init__(self, log_dir: Path, port: int = 0, admin_token: str | None = None,
-                 redis_prefix: str | None = None, extra: dict[str, str] | None = None):
+                 redis_prefix: str | None = None, extra: dict[str, str | None] | None = None):
         self.log_path = log_dir / f"controller-{uuid.uuid4().hex[:6]}.log"
         self.requested_port = port
         self.admin_token = admin_token
@@ -68,7 +68,7 @@ class ControllerProcess:
         if self.redis_prefix is not None:
             cmd += ["--redis-url", REDIS_URL, "--redis-prefix", self.redis_prefix]
         for flag, value in self.extra.items():
-            cmd += [flag, value]
+            cmd += [flag] if value is None else [flag, value]      # None: a flag without a value
         return cmd
 
     def start(self, timeout: float = 20.0) -> "ControllerProcess":

@@ -51,6 +51,10 @@ class InstanceLoad:
     state: str = "serving"                                # "serving" | "draining"
     role: str = ""                                        # "" = unchanged
     cached_block_hashes: Sequence[bytes] | None = None    # newest first; None: not reported
+    ttft_p90_s: float = 0.0                               # recent latency (see HeartbeatRequest)
+    tpot_p90_s: float = 0.0
+    ttft_samples: int = 0
+    tpot_samples: int = 0
 
 
 class RegistrationRejected(RuntimeError):
@@ -196,7 +200,8 @@ class InstanceAgent:
                 beat = controller_pb2.HeartbeatRequest(
                     instance_id=self.instance_id, running=load.running, waiting=load.waiting,
                     kv_usage=load.kv_usage, outstanding_tokens=load.outstanding_tokens,
-                    state=load.state, role=load.role)
+                    state=load.state, role=load.role, ttft_p90_s=load.ttft_p90_s, tpot_p90_s=load.tpot_p90_s,
+                    ttft_samples=load.ttft_samples, tpot_samples=load.tpot_samples)
                 if load.cached_block_hashes is not None and tuple(load.cached_block_hashes) != last_hashes:
                     last_hashes = tuple(load.cached_block_hashes)
                     beat.cached_blocks.hashes.extend(last_hashes)

@@ -1,6 +1,7 @@
 """`mindmotor controller`: the cluster's registry, health checks and routing table.
 
     mindmotor controller --port 50050 --admin-port 8090 [--redis-url redis://127.0.0.1:6379/0]
+        [--pd-autoscale --pd-ttft-slo-ms 1000 --pd-tpot-slo-ms 50 --pd-slo deployment=NAME,ttft_ms=..,tpot_ms=..]
 
 With `--port 0` (or `--admin-port 0`) a free port is picked; either way the controller prints
 `MINDMOTOR_CONTROLLER_READY port=N admin_port=M` on stdout once it serves. Without a Redis URL
@@ -53,17 +54,46 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     health.add_argument("--lease-ttl", type=float, default=2.0,
                         help="leader lease seconds; a standby takes over within twice this (default: %(default)s)")
 
+    pd = parser.add_argument_group("prefill/decode ratio (see controller/pd_ratio.py)")
+    pd.add_argument("--pd-autoscale", action="store_true",
+                    help="switch instance roles when measured TTFT/TPOT p90 miss the SLO (default: off)")
+    pd.add_argument("--pd-ttft-slo-ms", type=float, default=1000.0,
+                    help="default p90 time-to-first-token target, ms (default: %(default)s)")
+    pd.add_argument("--pd-tpot-slo-ms", type=float, default=50.0,
+                    help="default p90 time-per-output-token target, ms (default: %(default)s)")
+    pd.add_argument("--pd-slo", action="append", default=[], metavar="deployment=NAME,ttft_ms=N,tpot_ms=N",
+                    help="targets of one deployment (or model=NAME); repeatable")
+    pd.add_argument("--pd-sustain", type=float, default=30.0,
+                    help="seconds a one-sided miss must last before a switch (default: %(default)s)")
+    pd.add_argument("--pd-dwell", type=float, default=120.0,
+                    help="minimum seconds between two switches of one deployment (default: %(default)s)")
+    pd.add_argument("--pd-headroom", type=float, default=0.7,
+                    help="the other side must be under this fraction of its target (default: %(default)s)")
+    pd.add_argument("--pd-every", type=int, default=3,
+                    help="evaluate every this many heartbeat intervals (default: %(default)s)")
+
 
 def config_from_args(args: argparse.Namespace):
     """ValueError for inconsistent values."""
     from .config import ControllerConfig, default_controller_id
 
-    return ControllerConfig(
+    return ControllerConfig(pd=pd_settings_from_args(args),
         host=args.host, port=args.port, admin_host=args.admin_host, admin_port=args.admin_port,
         admin_token=args.admin_token, redis_url=args.redis_url, redis_prefix=args.redis_prefix,
         heartbeat_interval_s=args.heartbeat_interval, suspect_misses=args.suspect_misses,
         dead_after_s=args.dead_after, forget_after_s=max(args.forget_after, args.dead_after),
         lease_ttl_s=args.lease_ttl, controller_id=args.controller_id or default_controller_id())
+
+
+def pd_settings_from_args(args: argparse.Namespace):
+    from .pd_ratio import RatioPolicyConfig
+    from .pd_settings import PDAutoscaleSettings, make_slo, parse_slo
+
+    default = make_slo(args.pd_ttft_slo_ms, args.pd_tpot_slo_ms)
+    return PDAutoscaleSettings(
+        enabled=args.pd_autoscale, default_slo=default, slos=dict(parse_slo(s, default) for s in args.pd_slo),
+        policy=RatioPolicyConfig(headroom=args.pd_headroom, sustain_s=args.pd_sustain, dwell_s=args.pd_dwell),
+        every_heartbeats=args.pd_every)
 
 
 def run_controller(args: argparse.Namespace) -> int:

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 from mindmotor.common.store import DEFAULT_PREFIX
 
+from .pd_settings import PDAutoscaleSettings
+
 READY_PREFIX = "MINDMOTOR_CONTROLLER_READY"
 
 
@@ -31,6 +33,7 @@ class ControllerConfig:
     forget_after_s: float = 60.0       # dead records are deleted this long after the last heartbeat
     lease_ttl_s: float = 2.0           # the leader lease; standbys take over within 2 × this
     controller_id: str = field(default_factory=default_controller_id)
+    pd: PDAutoscaleSettings = field(default_factory=PDAutoscaleSettings)   # the P/D ratio policy
 
     def __post_init__(self):
         for name in ("port", "admin_port"):
@@ -54,6 +57,11 @@ class ControllerConfig:
     def sweep_interval_s(self) -> float:
         """How often the leader checks the timeouts."""
         return min(self.heartbeat_interval_s / 2, 0.5)
+
+    @property
+    def pd_interval_s(self) -> float:
+        """How often the leader evaluates the P/D ratio policy."""
+        return self.heartbeat_interval_s * self.pd.every_heartbeats
 
     @property
     def store_kind(self) -> str:

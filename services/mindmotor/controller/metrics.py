@@ -32,6 +32,20 @@ class ControllerMetrics:
         self.watchers = Gauge("mindmotor_controller_watchers", "Open Watch streams", registry=r)
         self.heartbeat_streams = Gauge("mindmotor_controller_heartbeat_streams", "Open Heartbeat streams",
                                        registry=r)
+        self.pd_decisions = Counter("mindmotor_controller_pd_decisions",
+                                    "P/D ratio policy evaluations by action (none | to_prefill | to_decode) "
+                                    "and reason code", ["action", "reason"], registry=r)
+        self.pd_ratio = Gauge("mindmotor_controller_pd_ratio",
+                              "Routable prefill instances per routable decode instance",
+                              ["model", "deployment"], registry=r)
+        self.pd_instances = Gauge("mindmotor_controller_pd_instances", "Routable instances by P/D role",
+                                  ["model", "deployment", "role"], registry=r)
+        self.pd_ttft_p90 = Gauge("mindmotor_controller_pd_ttft_p90_seconds",
+                                 "p90 TTFT of the prefill side, as the P/D policy last measured it",
+                                 ["model", "deployment"], registry=r)
+        self.pd_tpot_p90 = Gauge("mindmotor_controller_pd_tpot_p90_seconds",
+                                 "p90 TPOT of the decode side, as the P/D policy last measured it",
+                                 ["model", "deployment"], registry=r)
         self.controller_id = controller_id
         self.set_leader(False)
         for state in states.ALL_STATES:

@@ -13,7 +13,8 @@ policy's own memory (`RatioState`):
   of the previous one; a role never loses its last instance;
 - the instance that switches is the least loaded of its role (it drains fastest).
 
-Every decision carries its reason (logged and exported by the caller).
+Every decision carries its reason: a sentence (logged) and a short code (a metric label):
+`balanced`, `last_instance`, `sustaining`, `dwell`, `ttft_miss` / `tpot_miss` (a switch).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class Decision:
     switch: tuple[str, str] | None            # (instance id, new role) to command now, or None
     reason: str
     pressures: dict = field(default_factory=dict)
+    code: str = ""                            # the reason as a metric label (see the module doc)
 
 
 def wish_for(m: Measurement, slo: SLO, headroom: float) -> tuple[str | None, float, float]:
@@ -75,19 +77,23 @@ def decide(roles: dict[str, str], loads: dict[str, float], m: Measurement, slo: 
     if wish != state.wish:
         state.wish, state.wish_since = wish, now
     if wish is None:
-        return Decision(None, None, f"balanced (TTFT at {ttft:.2f}, TPOT at {tpot:.2f} of target)", pressures)
+        return Decision(None, None, f"balanced (TTFT at {ttft:.2f}, TPOT at {tpot:.2f} of target)", pressures,
+                        "balanced")
     donor_role, new_role = ("decode", "prefill") if wish == MORE_PREFILL else ("prefill", "decode")
     donors = sorted((i for i, r in roles.items() if r == donor_role), key=lambda i: (loads.get(i, 0.0), i))
     if len(donors) < 2:
-        return Decision(wish, None, f"{wish}: only {len(donors)} {donor_role} instance(s); keeping them", pressures)
+        return Decision(wish, None, f"{wish}: only {len(donors)} {donor_role} instance(s); keeping them", pressures,
+                        "last_instance")
     held = now - state.wish_since
     if held < config.sustain_s:
-        return Decision(wish, None, f"{wish}: wished for {held:.0f} s of {config.sustain_s:.0f} s", pressures)
+        return Decision(wish, None, f"{wish}: wished for {held:.3g} s of {config.sustain_s:.3g} s", pressures,
+                        "sustaining")
     if now - state.last_switch < config.dwell_s:
-        return Decision(wish, None, f"{wish}: last switch {now - state.last_switch:.0f} s ago "
-                                    f"(dwell {config.dwell_s:.0f} s)", pressures)
+        return Decision(wish, None, f"{wish}: last switch {now - state.last_switch:.3g} s ago "
+                                    f"(dwell {config.dwell_s:.3g} s)", pressures, "dwell")
     state.last_switch, state.wish, state.wish_since = now, None, now
     reason = (f"{wish}: TTFT p90 {m.ttft_p90_s:.3f} s vs target {slo.ttft_s:.3f} s, TPOT p90 "
-              f"{m.tpot_p90_s:.4f} s vs target {slo.tpot_s:.4f} s for {held:.0f} s; "
+              f"{m.tpot_p90_s:.4f} s vs target {slo.tpot_s:.4f} s for {held:.3g} s; "
               f"{donors[0]} {donor_role} -> {new_role}")
-    return Decision(wish, (donors[0], new_role), reason, pressures)
+    return Decision(wish, (donors[0], new_role), reason, pressures,
+                    "ttft_miss" if wish == MORE_PREFILL else "tpot_miss")

@@ -45,6 +45,10 @@ class InstanceRecord:
     waiting: int = 0
     kv_usage: float = 0.0
     outstanding_tokens: int = 0
+    ttft_p90_s: float = 0.0            # recent latency measured by the worker (0 samples: none)
+    tpot_p90_s: float = 0.0
+    ttft_samples: int = 0
+    tpot_samples: int = 0
     cached_block_hashes: list[str] = field(default_factory=list)   # hex, newest first
     # commands waiting for the worker's next heartbeat: [{"drain": {...}} | {"set_role": {...}}]
     commands: list[dict] = field(default_factory=list)

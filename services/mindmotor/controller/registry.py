@@ -120,6 +120,8 @@ class Registry:
             record.heartbeats += 1
             record.running, record.waiting = request.running, request.waiting
             record.kv_usage, record.outstanding_tokens = request.kv_usage, request.outstanding_tokens
+            record.ttft_p90_s, record.ttft_samples = request.ttft_p90_s, request.ttft_samples
+            record.tpot_p90_s, record.tpot_samples = request.tpot_p90_s, request.tpot_samples
             if request.role:
                 record.role = request.role
             if cached_hashes is not None:

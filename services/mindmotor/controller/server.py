@@ -26,6 +26,7 @@ from .admin import create_admin_app
 from .config import ControllerConfig, ready_line
 from .leader import LeaderElector
 from .metrics import ControllerMetrics
+from .pd_autoscaler import PDAutoscaler
 from .registry import Registry
 from .routing import RoutingTableBroadcaster
 from .service import ControllerService
@@ -51,7 +52,8 @@ class ControllerServer:
                                                    lambda: self.elector.is_leader, config.heartbeat_interval_s,
                                                    on_rebuild=self.metrics.on_rebuild)
         self.sweeper = HealthSweeper(self.registry, self.elector, config,
-                                     on_transition=lambda _id, _old, new: self.metrics.transitions.labels(new).inc())
+                                     on_transition=lambda _id, _old, new: self.metrics.transitions.labels(new).inc(),
+                                     pd=PDAutoscaler(self.registry, config, self.metrics))
         self.service = ControllerService(self.registry, self.broadcaster, self.elector, self.metrics, config)
         self.health = HealthServicer()
         self.grpc_server: grpc.aio.Server | None = None
@@ -153,7 +155,7 @@ async def serve(config: ControllerConfig) -> int:
         "store": config.store_kind, "redis_prefix": config.redis_prefix if config.redis_url else None,
         "is_leader": server.elector.is_leader, "heartbeat_interval_s": config.heartbeat_interval_s,
         "suspect_after_s": config.suspect_after_s, "dead_after_s": config.dead_after_s,
-        "lease_ttl_s": config.lease_ttl_s})
+        "lease_ttl_s": config.lease_ttl_s, "pd_autoscale": config.pd.enabled})
     print(ready_line(server.port, server.admin_port), file=sys.stdout, flush=True)
     await stop.wait()
     log.info("controller stopping", extra={"controller_id": config.controller_id})

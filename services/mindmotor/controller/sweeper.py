@@ -1,5 +1,6 @@
 """`HealthSweeper`: the leader's periodic pass over the registry — suspect and dead timeouts, and
-forgetting long-dead records (see `states` for the rules)."""
+forgetting long-dead records (see `states` for the rules) — and, every few heartbeat intervals,
+the P/D ratio policy (`PDAutoscaler`, when `--pd-autoscale` is on)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from mindmotor.common.store import StoreUnavailable
 from . import states
 from .config import ControllerConfig
 from .leader import LeaderElector
+from .pd_autoscaler import PDAutoscaler
 from .registry import DELETE, Registry
 
 log = logging.getLogger("mindmotor.controller")
@@ -19,8 +21,10 @@ log = logging.getLogger("mindmotor.controller")
 
 class HealthSweeper:
     def __init__(self, registry: Registry, elector: LeaderElector, config: ControllerConfig,
-                 on_transition: Callable[[str, str, str], None] | None = None):
+                 on_transition: Callable[[str, str, str], None] | None = None,
+                 pd: PDAutoscaler | None = None):
         self.registry = registry
+        self.pd = pd
         self.elector = elector
         self.config = config
         self.on_transition = on_transition    # (instance_id, old state, new state)
@@ -38,9 +42,13 @@ class HealthSweeper:
         while True:
             await asyncio.sleep(self.config.sweep_interval_s)
             if not self.elector.is_leader:
+                if self.pd:
+                    self.pd.forget()
                 continue
             try:
                 await self.sweep()
+                if self.pd and self.pd.due(self.registry.clock()):
+                    await self.pd.evaluate(self.registry.clock())
             except StoreUnavailable as exc:
                 log.warning("sweep failed: store unreachable", extra={"error": str(exc)})
 

@@ -15,7 +15,12 @@ models:
     emulate: null        # qwen2-7b | llama2-7b | llama3-70b (with tp) | null: the model itself
     tp: 1
     timing: realtime     # realtime | virtual
+    roles: null          # one role per worker, e.g. [prefill, prefill, decode, decode] (sets
+                         # `workers`); null: every worker mixed. The coordinator splits prefill
+                         # and decode as soon as both roles are routable.
+    node: null           # `--node` of every worker (KV over HCCS within a node); null: host name
     extra_args: []       # more `mindmotor worker` flags, e.g. ["--max-num-seqs", "64"]
+controller_args: []      # more `mindmotor controller` flags, e.g. ["--pd-autoscale", "--pd-ttft-slo-ms", "500"]
 ```
 """
 
@@ -24,7 +29,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+ROLES = ("mixed", "prefill", "decode")
 
 
 class ModelSpec(BaseModel):
@@ -36,7 +43,24 @@ class ModelSpec(BaseModel):
     emulate: str | None = None
     tp: int = Field(1, ge=1)
     timing: str = Field("realtime", pattern="^(realtime|virtual)$")
+    roles: list[str] | None = None
+    node: str | None = None
     extra_args: list[str] = []
+
+    @model_validator(mode="after")
+    def _roles_match_workers(self) -> "ModelSpec":
+        if self.roles is None:
+            return self
+        unknown = [r for r in self.roles if r not in ROLES]
+        if unknown or not self.roles:
+            raise ValueError(f"roles must be a non-empty list of {', '.join(ROLES)}; got {self.roles}")
+        if "workers" in self.model_fields_set and self.workers != len(self.roles):
+            raise ValueError(f"workers ({self.workers}) and roles ({len(self.roles)}) disagree; give one role per worker")
+        self.workers = len(self.roles)
+        return self
+
+    def role_of(self, worker: int) -> str:
+        return self.roles[worker] if self.roles else "mixed"
 
 
 class PlatformConfig(BaseModel):
@@ -51,6 +75,7 @@ class PlatformConfig(BaseModel):
     rate_limit_rpm: float = Field(0.0, ge=0)
     log_dir: str | None = None
     ready_timeout_s: float = Field(120.0, gt=0)
+    controller_args: list[str] = []
     models: list[ModelSpec] = Field(default_factory=lambda: [ModelSpec()])
 
     @classmethod

@@ -49,9 +49,11 @@ class Platform:
                 args = ["worker", "--model", str(model_dir), "--host", cfg.host, "--port", "0",
                         "--metrics-port", "0", "--device", spec.device, "--tp", str(spec.tp),
                         "--timing", spec.timing, "--controller", controller_addr,
-                        "--worker-id", f"worker-{m}-{w}", *spec.extra_args]
+                        "--worker-id", f"worker-{m}-{w}", "--role", spec.role_of(w), *spec.extra_args]
                 if spec.emulate:
                     args += ["--emulate", spec.emulate]
+                if spec.node:
+                    args += ["--node", spec.node]
                 self.workers.append(self._spawn(f"worker-{m}-{w}", args, "MINDMOTOR_WORKER_READY", wait=False))
         for worker in self.workers:
             worker.wait_ready(cfg.ready_timeout_s)
@@ -74,7 +76,7 @@ class Platform:
         args = ["controller", "--host", cfg.host, "--port", "0", "--admin-host", cfg.host, "--admin-port", "0"]
         if cfg.redis_url:
             args += ["--redis-url", cfg.redis_url, "--redis-prefix", cfg.redis_prefix]
-        return args
+        return args + cfg.controller_args
 
     def _spawn(self, name: str, args: list[str], ready_prefix: str, wait: bool = True) -> ChildProcess:
         child = ChildProcess(name, args, ready_prefix, self.log_dir / f"{name}.log")

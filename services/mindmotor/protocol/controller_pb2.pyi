@@ -51,7 +51,7 @@ class RegisterResponse(_message.Message):
     def __init__(self, accepted: _Optional[bool] = ..., message: _Optional[str] = ..., heartbeat_interval_s: _Optional[float] = ..., suspect_after_s: _Optional[float] = ..., dead_after_s: _Optional[float] = ..., controller_id: _Optional[str] = ..., state: _Optional[str] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("instance_id", "running", "waiting", "kv_usage", "outstanding_tokens", "state", "role", "cached_blocks")
+    __slots__ = ("instance_id", "running", "waiting", "kv_usage", "outstanding_tokens", "state", "role", "cached_blocks", "ttft_p90_s", "tpot_p90_s", "ttft_samples", "tpot_samples")
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     WAITING_FIELD_NUMBER: _ClassVar[int]
@@ -60,6 +60,10 @@ class HeartbeatRequest(_message.Message):
     STATE_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     CACHED_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    TTFT_P90_S_FIELD_NUMBER: _ClassVar[int]
+    TPOT_P90_S_FIELD_NUMBER: _ClassVar[int]
+    TTFT_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    TPOT_SAMPLES_FIELD_NUMBER: _ClassVar[int]
     instance_id: str
     running: int
     waiting: int
@@ -68,7 +72,11 @@ class HeartbeatRequest(_message.Message):
     state: str
     role: str
     cached_blocks: CachedBlocks
-    def __init__(self, instance_id: _Optional[str] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_usage: _Optional[float] = ..., outstanding_tokens: _Optional[int] = ..., state: _Optional[str] = ..., role: _Optional[str] = ..., cached_blocks: _Optional[_Union[CachedBlocks, _Mapping]] = ...) -> None: ...
+    ttft_p90_s: float
+    tpot_p90_s: float
+    ttft_samples: int
+    tpot_samples: int
+    def __init__(self, instance_id: _Optional[str] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_usage: _Optional[float] = ..., outstanding_tokens: _Optional[int] = ..., state: _Optional[str] = ..., role: _Optional[str] = ..., cached_blocks: _Optional[_Union[CachedBlocks, _Mapping]] = ..., ttft_p90_s: _Optional[float] = ..., tpot_p90_s: _Optional[float] = ..., ttft_samples: _Optional[int] = ..., tpot_samples: _Optional[int] = ...) -> None: ...
 
 class CachedBlocks(_message.Message):
     __slots__ = ("hashes",)

@@ -3,6 +3,8 @@
 Engine load and device telemetry are read at scrape time by `EngineCollector`, so every scrape
 sees current numbers; latencies (TTFT, TPOT) and finished requests are recorded by the Generate
 handler through `RequestTimer`, measured at the worker (the client sees these plus the network).
+The same latencies also go into sliding windows (`recent_ttft`, `recent_tpot`: one TTFT and one
+mean TPOT per request) whose p90 the worker reports in its heartbeats.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import time
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from .latency_window import LatencyWindow
 
 TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0)
 KV_TRANSFER_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
@@ -108,6 +112,8 @@ class WorkerMetrics:
                                     "(pulled, or fallback: prefilled here)", ["outcome"], registry=self.registry)
         self.role_switches = Counter("mindmotor_role_switches", "Role changes (SetRole)", ["role"],
                                      registry=self.registry)
+        self.recent_ttft = LatencyWindow()
+        self.recent_tpot = LatencyWindow()
 
     def request_timer(self) -> "RequestTimer":
         return RequestTimer(self)
@@ -125,7 +131,9 @@ class RequestTimer:
         self.metrics = metrics
         self.started = time.monotonic()
         self.ttft_s: float | None = None
+        self._first_token_at: float | None = None
         self._last_token_at: float | None = None
+        self._tokens = 0
 
     def on_tokens(self, count: int) -> None:
         if count == 0:
@@ -134,14 +142,20 @@ class RequestTimer:
         if self._last_token_at is None:
             self.ttft_s = now - self.started
             self.metrics.ttft.observe(self.ttft_s)
+            self.metrics.recent_ttft.add(self.ttft_s)
+            self._first_token_at = now
+            count -= 1
         else:
             gap = (now - self._last_token_at) / count
             for _ in range(count):
                 self.metrics.tpot.observe(gap)
+        self._tokens += count
         self._last_token_at = now
 
     def on_finish(self, finish_reason: str) -> None:
         self.metrics.requests.labels(finish_reason=finish_reason).inc()
+        if self._tokens > 0:                 # the request's mean time per output token
+            self.metrics.recent_tpot.add((self._last_token_at - self._first_token_at) / self._tokens)
 
     @property
     def elapsed_s(self) -> float:

@@ -1,7 +1,8 @@
 """Being known to the controller: register this worker and heartbeat its load (InstanceAgent).
 
 A `drain` command from the controller drains the worker exactly as SIGTERM's first phase does
-(no new requests; in-flight ones finish) without exiting.
+(no new requests; in-flight ones finish) without exiting. Each heartbeat carries the p90 TTFT
+and TPOT of the recent requests (`metrics.recent_ttft` / `recent_tpot`) for the P/D ratio policy.
 """
 
 from __future__ import annotations
@@ -41,8 +42,11 @@ async def start_agent(config: WorkerConfig, port: int, metrics_port: int, servic
 
     def load() -> InstanceLoad:
         current = service.status()
+        ttft_p90, ttft_n = service.metrics.recent_ttft.percentile(90)
+        tpot_p90, tpot_n = service.metrics.recent_tpot.percentile(90)
         return InstanceLoad(running=current.load.running, waiting=current.load.waiting,
-                            kv_usage=current.load.kv_usage, state=admission.state, role=current.role)
+                            kv_usage=current.load.kv_usage, state=admission.state, role=current.role,
+                            ttft_p90_s=ttft_p90, tpot_p90_s=tpot_p90, ttft_samples=ttft_n, tpot_samples=tpot_n)
 
     async def on_drain(reason: str) -> None:
         log.info("drain commanded by the controller", extra={"reason": reason})

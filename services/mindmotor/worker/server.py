@@ -90,7 +90,8 @@ def announce_ready(config: WorkerConfig, port: int, metrics_port: int, service: 
     log.info("worker ready", extra={
         "worker_id": config.worker_id, "host": config.host, "port": port, "metrics_port": metrics_port,
         "model": status.model, "device": status.device.device, "emulated_profile": status.emulated_profile,
-        "timing": status.timing, "num_blocks": status.load.num_blocks, "max_model_len": status.max_model_len})
+        "timing": status.timing, "num_blocks": status.load.num_blocks, "max_model_len": status.max_model_len,
+        "role": status.role, "node": status.node})
     print(ready_line(port, metrics_port), file=sys.stdout, flush=True)
 
 
