@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import grpc
 import pytest
-import requests
+import httpx
 
 from mindmotor.protocol import worker_pb2 as pb
 
@@ -35,7 +35,7 @@ def decode_request(first: pb.PrefillResponse, address: str, handle: str | None =
 
 def metric(worker, name: str) -> float:
     total = 0.0
-    for line in requests.get(worker.metrics_url, timeout=5).text.splitlines():
+    for line in httpx.get(worker.metrics_url, timeout=5).text.splitlines():
         if line.startswith(name) and not line.startswith("#"):
             total += float(line.rsplit(" ", 1)[1])
     return total
