@@ -35,7 +35,8 @@ from mindmotor import SamplingParams
 from mindmotor.engine.llm_engine import LLMEngine
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_TRACE = Path("/work/shared/data/azure_llm_conv_2023.csv")
+# The project's shared data lives beside the repository (`../shared/data/`), in CI too.
+DEFAULT_TRACE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "azure_llm_conv_2023.csv"
 TRACE_CITATION = ("Azure LLM inference trace 2023, conversation part (Azure/AzurePublicDataset "
                   "AzureLLMInferenceTrace_conv, as processed in microsoft/vidur); CC-BY; Patel et al., "
                   "\"Splitwise: Efficient Generative LLM Inference Using Phase Splitting\", ISCA 2024")
