@@ -159,7 +159,7 @@ def spawn_controller(tmp_path):
 def redis_prefix():
     """A fresh key prefix in the test Redis; every key under it is deleted afterwards."""
     if not redis_available():
-        pytest.skip(f"no Redis at {REDIS_URL}")
+        pytest.fail(f"no Redis at {REDIS_URL}: these tests need a real Redis (.ci/run starts one)")
     import redis
 
     prefix = f"mmtest:{uuid.uuid4().hex[:10]}:"

@@ -59,8 +59,7 @@ def test_two_processes_match_one(single_process, corpus_dir, tmp_path):
 
 def test_torchrun_rendezvous_matches_one_process(single_process, corpus_dir, tmp_path):
     torchrun = Path(sys.executable).with_name("torchrun")
-    if not torchrun.exists():
-        pytest.skip("torchrun is not installed next to this Python")
+    assert torchrun.exists(), f"{torchrun}: torch's torchrun should be installed next to this Python"
     events = tmp_path / "events.jsonl"
     done = subprocess.run(
         # --standalone: the c10d rendezvous (as across machines) on a port torchrun picks itself
