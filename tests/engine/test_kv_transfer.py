@@ -32,8 +32,8 @@ def run(engine: LLMEngine) -> dict[str, list[int]]:
     return tokens
 
 
-def prefill(engine: LLMEngine, rid: str, prompt: list[int], max_tokens: int):
-    engine.add_request(rid, prompt, SamplingParams(max_tokens=max_tokens, **GREEDY), prefill_only=True)
+def prefill(engine: LLMEngine, rid: str, prompt: list[int], max_tokens: int, sampling=GREEDY):
+    engine.add_request(rid, prompt, SamplingParams(max_tokens=max_tokens, **sampling), prefill_only=True)
     outs = []
     while engine.has_unfinished_requests():
         outs += engine.step()
@@ -42,11 +42,11 @@ def prefill(engine: LLMEngine, rid: str, prompt: list[int], max_tokens: int):
 
 
 def transfer(prefill_engine: LLMEngine, decode_engine: LLMEngine, rid: str, prompt: list[int],
-             max_tokens: int) -> tuple[list[int], int]:
+             max_tokens: int, sampling=GREEDY) -> tuple[list[int], int]:
     """Prefill on one engine, pull (minus the decode side's cached blocks), decode on the other."""
-    first = prefill(prefill_engine, rid, prompt, max_tokens)
+    first = prefill(prefill_engine, rid, prompt, max_tokens, sampling)
     assert first.finish_reason == "prefilled" and len(first.new_token_ids) == 1
-    params = SamplingParams(max_tokens=max_tokens, **GREEDY)
+    params = SamplingParams(max_tokens=max_tokens, **sampling)
     skip = decode_engine.add_prefilled(rid, decode_engine.validate(prompt, params), first.new_token_ids[0],
                                        sent_chars=len(first.new_text))
     assert skip is not None
@@ -73,6 +73,19 @@ def test_split_greedy_equals_one_engine(engines):
     assert p.stats().num_pinned == 0 and d.stats().num_receiving == 0
     p.check_invariants()
     d.check_invariants()
+
+
+def test_split_seeded_sampling_equals_one_engine(engines):
+    """The decode side continues the request's seeded generator where the prefill side left it."""
+    seeded = dict(temperature=1.0, top_p=0.9, seed=11, ignore_eos=True)
+    mixed, p, d = engines(), engines(), engines()
+    prompt = prompts(1, 14)[0]
+    mixed.add_request("m", prompt, SamplingParams(max_tokens=16, **seeded))
+    expected = run(mixed)["m"]
+    tokens, _ = transfer(p, d, "s", prompt, 16, seeded)
+    assert tokens == expected
+    unseeded_repeat = dict(seeded, seed=12)
+    assert transfer(engines(), engines(), "t", prompt, 16, unseeded_repeat)[0] != expected
 
 
 def test_decode_side_prefix_hits_skip_blocks(engines):

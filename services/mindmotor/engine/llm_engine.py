@@ -220,6 +220,7 @@ class LLMEngine:
         here (their KV need not be pulled), or None when the pool has no room now. Then exactly one
         of `commit_kv` (the pulled KV) or `prefill_locally` must follow."""
         seq = self._new_sequence(request_id, None, None, priority, arrival_time, validated)
+        self.sampler.skip_draws(seq, 1)          # the prefill instance drew the first token
         if self.outputs.on_token(seq, first_token) is not None:
             raise RequestError("the first token already finishes the request; nothing to decode")
         self.outputs.mark_sent(request_id, sent_chars)

@@ -31,6 +31,14 @@ class Sampler:
     def __init__(self, eos_token_ids: tuple[int, ...] = ()):
         self.eos_token_ids = tuple(eos_token_ids)
 
+    @staticmethod
+    def skip_draws(seq: Sequence, num_tokens: int) -> None:
+        """Advance `seq`'s generator past `num_tokens` tokens sampled elsewhere (another instance
+        drew them from the same seed): a non-greedy token costs exactly one uniform draw
+        (`Generator.choice` with `p`), a greedy one none."""
+        if not seq.params.greedy:
+            seq.rng.random(num_tokens)
+
     def __call__(self, logits: np.ndarray, seqs: list[Sequence]) -> tuple[list[int], list[TokenLogprob | None]]:
         """logits: [num_seqs, vocab] float32 → a token and (when asked) its logprobs per sequence."""
         raw = logits
