@@ -13,9 +13,6 @@ driven by the same client. Everything in one run, on 127.0.0.1.
     uvicorn app (`coordinator_overhead_servers.py bare`, one process like the coordinator).
     `rate_ratio_vs_bare_uvicorn` = max_rate_rps / bare_uvicorn_rps; target ≥ 0.5.
 
-Both parts are also run against `coordinator-nodelay` (the same coordinator with TCP_NODELAY on its
-connections; see `coordinator_overhead_servers.py`), reported as `*_nodelay`.
-
 The worker uses `--timing virtual` (no emulated waiting) and a tiny random-weight model, so the
 worker's own time is host time only. The client is a small hand-written HTTP/1.1 client on asyncio
 (much cheaper per request than httpx), in this process; it shares the host's 2 cores with the
@@ -400,29 +397,21 @@ def run(args: argparse.Namespace) -> dict:
         servers.append(worker)
         coord = start_coordinator(worker.port, model, model_dir, workdir)
         servers.append(coord)
-        nodelay = start_helper("coordinator-nodelay", coordinator_args(worker.port, model, model_dir), workdir)
-        servers.append(nodelay)
-        log(f"worker :{worker.port}, coordinator :{coord.port}, coordinator-nodelay :{nodelay.port}")
+        log(f"worker :{worker.port}, coordinator :{coord.port}")
 
         log(f"(a) added latency: {n} sequential requests per path (max_tokens 4), {warmup} warmup")
-        lat = measure_added_latency(worker.port, {"coordinator": coord.port, "coordinator_nodelay": nodelay.port},
-                                    model, n, warmup)
+        lat = measure_added_latency(worker.port, {"coordinator": coord.port}, model, n, warmup)
         lat = asyncio.run(lat)
         result["latency"] = lat
         log(f"  direct p50 {lat['direct']['p50_ms']:.2f} ms; coordinator p50 {lat['coordinator']['p50_ms']:.2f} ms "
-            f"(+{lat['coordinator']['added_p50_ms']:.2f}); nodelay p50 {lat['coordinator_nodelay']['p50_ms']:.2f} ms "
-            f"(+{lat['coordinator_nodelay']['added_p50_ms']:.2f})")
+            f"(+{lat['coordinator']['added_p50_ms']:.2f})")
 
         body = completion_body(model, 1)
         log("(b) closed-loop max rate, max_tokens 1")
         procs = {"coordinator": coord, "worker": worker}
         result["rate_coordinator"] = sweep("coordinator", coord.port, "/v1/completions", body, levels,
                                            duration_s, warmup_s, procs)
-        result["rate_coordinator_nodelay"] = sweep("coordinator-nodelay", nodelay.port, "/v1/completions", body,
-                                                   levels, duration_s, warmup_s,
-                                                   {"coordinator": nodelay, "worker": worker})
         coord.stop()
-        nodelay.stop()
         bare = start_helper("bare", ["127.0.0.1"], workdir)
         servers.append(bare)
         result["rate_bare_uvicorn"] = sweep("bare-uvicorn", bare.port, "/v1/completions", body, levels,
@@ -431,9 +420,9 @@ def run(args: argparse.Namespace) -> dict:
 
         if args.profile:
             prof_path = str(workdir / "coordinator.prof")
-            peak_c = max(16, result["rate_coordinator_nodelay"]["at_concurrency"])
-            log(f"profile: coordinator-nodelay under cProfile, C={peak_c}, {args.profile_s:.0f} s")
-            profiled = start_helper("coordinator-nodelay", coordinator_args(worker.port, model, model_dir),
+            peak_c = max(16, result["rate_coordinator"]["at_concurrency"])
+            log(f"profile: coordinator under cProfile, C={peak_c}, {args.profile_s:.0f} s")
+            profiled = start_helper("coordinator", coordinator_args(worker.port, model, model_dir),
                                     workdir, profile_path=prof_path)
             servers.append(profiled)
             asyncio.run(closed_loop(profiled.port, "/v1/completions", body, 4, 1.0, 0.2))
@@ -445,25 +434,21 @@ def run(args: argparse.Namespace) -> dict:
         for s in servers:
             s.stop()
 
-    rc, rn, rb = result["rate_coordinator"], result["rate_coordinator_nodelay"], result["rate_bare_uvicorn"]
+    rc, rb = result["rate_coordinator"], result["rate_bare_uvicorn"]
     lat = result["latency"]
     design = {"target_rps": 5000, "target_p99_ms": 80}
-    for key, r in (("coordinator", rc), ("coordinator_nodelay", rn)):
-        b = best_under_p99(r["levels"], 80.0)
-        design[f"{key}_best_rps_with_p99_under_80ms"] = b["rps"] if b else 0.0
-    design["reachable_here"] = max(design["coordinator_best_rps_with_p99_under_80ms"],
-                                   design["coordinator_nodelay_best_rps_with_p99_under_80ms"]) >= 5000
+    best = best_under_p99(rc["levels"], 80.0)
+    design["coordinator_best_rps_with_p99_under_80ms"] = best["rps"] if best else 0.0
+    design["reachable_here"] = design["coordinator_best_rps_with_p99_under_80ms"] >= 5000
     design["replicas_needed_at_measured_rate"] = (
-        int(np.ceil(5000 / rn["max_rps"])) if rn["max_rps"] > 0 else None)
+        int(np.ceil(5000 / rc["max_rps"])) if rc["max_rps"] > 0 else None)
     result.update({
         "direct_p50_ms": lat["direct"]["p50_ms"], "direct_p90_ms": lat["direct"]["p90_ms"],
         "coordinator_p50_ms": lat["coordinator"]["p50_ms"], "coordinator_p90_ms": lat["coordinator"]["p90_ms"],
         "added_latency_p50_ms": lat["coordinator"]["added_p50_ms"],
-        "added_latency_p50_ms_nodelay": lat["coordinator_nodelay"]["added_p50_ms"],
         "added_latency_target_met": lat["coordinator"]["added_p50_ms"] <= 2.0,
-        "max_rate_rps": rc["max_rps"], "max_rate_rps_nodelay": rn["max_rps"], "bare_uvicorn_rps": rb["max_rps"],
+        "max_rate_rps": rc["max_rps"], "bare_uvicorn_rps": rb["max_rps"],
         "rate_ratio_vs_bare_uvicorn": rc["max_rps"] / rb["max_rps"] if rb["max_rps"] else None,
-        "rate_ratio_vs_bare_uvicorn_nodelay": rn["max_rps"] / rb["max_rps"] if rb["max_rps"] else None,
         "design_5000rps_p99_80ms": design, "wall_s": round(time.perf_counter() - t_start, 1),
     })
     result["rate_ratio_target_met"] = (result["rate_ratio_vs_bare_uvicorn"] or 0) >= 0.5
@@ -486,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="fewer requests and levels (< 1 min)")
     p.add_argument("--n", type=int, default=None, help="measured requests per path in (a) (default 400; quick 60)")
     p.add_argument("--model", default=None, help="checkpoint directory (default: a tiny random-weight model)")
-    p.add_argument("--profile", action="store_true", help="also run the nodelay coordinator under cProfile")
+    p.add_argument("--profile", action="store_true", help="also run the coordinator under cProfile")
     p.add_argument("--profile-s", type=float, default=5.0, help="seconds of profiled load")
     p.add_argument("--save-json", default=None)
     args = p.parse_args(argv)

@@ -4,10 +4,8 @@ printing `BENCH_SERVER_READY port=N` on stdout once it serves; SIGTERM stops it.
 - `bare`: a trivial FastAPI app on uvicorn (one process, uvicorn's defaults: it binds the socket
   itself): `POST /v1/completions` reads and parses the JSON body and returns a small JSON object;
   `GET /health` returns {"status": "ok"}. The floor a Python ASGI server sets on this host.
-- `coordinator-nodelay ARGS...`: `mindmotor coordinator ARGS...` unchanged except for its listening
-  socket, created with `IPPROTO_TCP` so that asyncio turns on TCP_NODELAY for every accepted
-  connection (`mindmotor.coordinator.server.bind_socket` creates it with protocol 0, which asyncio's
-  `_set_nodelay` check skips). Shows what that one-line change in services/ would give.
+- `coordinator ARGS...`: `mindmotor coordinator ARGS...` run inside this helper, so that it can be
+  profiled (below); its ready line is the helper's as well as the coordinator's own.
 
 With `MINDMOTOR_BENCH_CPROFILE=FILE` either server runs under cProfile and writes its stats to FILE
 when it stops (the benchmark's `--profile`).
@@ -16,7 +14,6 @@ when it stops (the benchmark's `--profile`).
 import asyncio
 import os
 import signal
-import socket
 import sys
 
 READY = "BENCH_SERVER_READY"
@@ -69,22 +66,11 @@ def _no_signal_capture():
     return contextlib.nullcontext()
 
 
-def tcp_bind_socket(host: str, port: int) -> socket.socket:
-    """Like `mindmotor.coordinator.server.bind_socket`, but with protocol IPPROTO_TCP."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.set_inheritable(True)
-    return sock
-
-
-def run_coordinator_nodelay(argv: list[str]) -> int:
+def run_coordinator(argv: list[str]) -> int:
     import argparse
 
     from mindmotor.coordinator import cli, config, server
 
-    server.bind_socket = tcp_bind_socket
     real_ready_line = config.ready_line
     server.ready_line = lambda port: f"{READY} port={port}\n{real_ready_line(port)}"
     parser = argparse.ArgumentParser()
@@ -97,8 +83,8 @@ def main(argv: list[str]) -> int:
     kind, rest = argv[0], argv[1:]
     if kind == "bare":
         run = lambda: asyncio.run(serve_bare(rest[0] if rest else "127.0.0.1"))  # noqa: E731
-    elif kind == "coordinator-nodelay":
-        run = lambda: run_coordinator_nodelay(rest)  # noqa: E731
+    elif kind == "coordinator":
+        run = lambda: run_coordinator(rest)  # noqa: E731
     else:
         print(f"unknown server kind {kind!r}", file=sys.stderr)
         return 2

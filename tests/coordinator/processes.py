@@ -17,6 +17,7 @@ from pathlib import Path
 
 import grpc
 
+from mindmotor.common.waiting import wait_until  # noqa: F401 (re-exported to the tests)
 from mindmotor.coordinator.app import create_app
 from mindmotor.coordinator.config import load_settings
 from mindmotor.coordinator.server import bind_socket, make_server
@@ -26,18 +27,6 @@ from mindmotor.protocol import worker_pb2_grpc
 # ~15 ms per decode step (Llama-2-7B on a 910B3): a 150-token stream lasts ~2 s.
 REALTIME_ARGS = ("--timing", "realtime", "--emulate", "llama2-7b")
 START_TIMEOUT_S = 60.0
-
-
-def wait_until(predicate, timeout: float = 5.0, interval: float = 0.02):
-    """Poll `predicate` until it returns something truthy (returned); AssertionError on timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s (last value: {value!r})")
-        time.sleep(interval)
 
 
 class _Process:

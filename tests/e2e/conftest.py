@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
+from mindmotor.common.waiting import wait_until  # noqa: F401 (re-exported to the tests)
 from mindmotor.launcher.process import ChildProcess
 from mindmotor.model.testing import write_tiny_checkpoint
 
@@ -29,13 +28,3 @@ def spawn(tmp_path):
     yield start
     for child in children:
         child.kill()
-
-
-def wait_until(predicate, timeout_s: float = 15.0, interval_s: float = 0.05, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval_s)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")

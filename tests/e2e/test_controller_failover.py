@@ -54,8 +54,8 @@ def test_standby_controller_takes_over_and_serving_continues(spawn, e2e_model):
         a.proc.kill()                                             # the leader dies without a word
         a.proc.wait()
         admin_b = int(b.ready["admin_port"])
-        wait_until(lambda: health(admin_b)["is_leader"], timeout_s=15, what="b to take over")  # bound: tests/controller
-        wait_until(lambda: instance_states(admin_b).get("w1") == "ready", timeout_s=30, what="w1 ready under b")
+        wait_until(lambda: health(admin_b)["is_leader"], timeout=15, what="b to take over")  # bound: tests/controller
+        wait_until(lambda: instance_states(admin_b).get("w1") == "ready", timeout=30, what="w1 ready under b")
         for _ in range(3):
             r = complete(url, e2e_model.name)
             assert r.status_code == 200, r.text

@@ -94,7 +94,7 @@ def test_killing_the_supervisor_takes_its_services_down(e2e_model, tmp_path):
         children = child_pids(up.proc.pid)
         up.proc.kill()
         up.proc.wait(10)
-        wait_until(lambda: not [pid for pid in children if alive(pid)], timeout_s=60,
+        wait_until(lambda: not [pid for pid in children if alive(pid)], timeout=60,
                    what="the orphaned services to exit")
     finally:
         up.kill()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import grpc
 
+from mindmotor.common.waiting import wait_until  # noqa: F401 (re-exported to the tests)
 from mindmotor.protocol import worker_pb2_grpc
 
 # A realtime worker sized and timed like Qwen2-7B on a 910B3: ~16 ms per decode step, so a
@@ -75,15 +76,3 @@ class WorkerProcess:
         if hasattr(self, "channel"):
             self.channel.close()
         self._log.close()
-
-
-def wait_until(predicate, timeout: float = 5.0, interval: float = 0.02):
-    """Poll `predicate` until it returns something truthy (returned); AssertionError on timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s (last value: {value!r})")
-        time.sleep(interval)

@@ -96,14 +96,10 @@ def cmd_train(args) -> int:
     except (ConfigError, CheckpointError) as exc:   # found once the corpus or checkpoint is read
         print(f"mindmotor train: error: {exc}", file=sys.stderr)
         return EXIT_BAD_CONFIG
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        # A rank of a data-parallel run whose work is done (checkpoints written, process group
-        # destroyed): leave without C++ static destructors, which sometimes abort ("terminate
-        # called without an active exception") while gloo's threads wind down, turning a finished
-        # run into a failed rank.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:    # a rank under torchrun
+        from .distributed import exit_finished_rank
+
+        exit_finished_rank()
     return 0
 
 

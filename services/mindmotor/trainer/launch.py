@@ -66,3 +66,6 @@ def _process_main(local_rank: int, nproc: int, store_port: int, config: TrainCon
                       TORCHELASTIC_USE_AGENT_STORE="True")   # rank 0 joins the store, not hosts it
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // nproc))
     train(config, store_root, options)
+    from .distributed import exit_finished_rank
+
+    exit_finished_rank()

@@ -8,8 +8,9 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from mindmotor.common.waiting import wait_until as wait_for  # noqa: F401 (the name its tests use)
 
 PYTHON = sys.executable
 CORPUS_MODULES = ("textwrap", "string", "shlex", "fractions")
@@ -38,16 +39,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def wait_for(condition, timeout: float, interval: float = 0.05, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
 
 
 def read_events(path: Path) -> list[dict]:
