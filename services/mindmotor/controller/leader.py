@@ -30,14 +30,21 @@ class LeaderElector:
         self.is_leader = False
         self.leader_since = 0.0          # unix seconds when this controller last became leader
         self._task: asyncio.Task | None = None
+        self._stopping = asyncio.Event()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="leader-elector")
 
     async def stop(self) -> None:
-        """Stop campaigning and give the lease up (so a standby takes over at once)."""
+        """Stop campaigning and give the lease up (so a standby takes over at once). The loop is
+        asked to end between two store calls rather than cancelled in the middle of one (a Redis
+        command cancelled mid-flight tears its connection down)."""
+        self._stopping.set()
         if self._task:
-            self._task.cancel()
+            try:
+                await asyncio.wait_for(asyncio.shield(self._task), self.ttl_s)
+            except asyncio.TimeoutError:
+                self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         if self.is_leader:
             try:
@@ -47,9 +54,12 @@ class LeaderElector:
             self._set(False)
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping.is_set():
             await self.step()
-            await asyncio.sleep(self.ttl_s / 3)
+            try:
+                await asyncio.wait_for(self._stopping.wait(), self.ttl_s / 3)
+            except asyncio.TimeoutError:
+                pass
 
     async def step(self) -> None:
         try:

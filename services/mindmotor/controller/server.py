@@ -91,16 +91,28 @@ class ControllerServer:
             log.warning("the admin API is open: no admin token configured")
 
     async def stop(self) -> None:
+        """Release the lease first (a standby leads at once), then close everything; each step is
+        bounded, so one that hangs cannot keep the process from exiting."""
         self.service.accepting = False
-        await self.health.enter_graceful_shutdown()
-        await self.sweeper.stop()
-        await self.elector.stop()                     # release the lease: a standby leads at once
+        await _bounded("lease", self.elector.stop())
+        await _bounded("health", self.health.enter_graceful_shutdown())
+        await _bounded("sweeper", self.sweeper.stop())
         if self.grpc_server:
-            await self.grpc_server.stop(STOP_GRACE_S)
+            await _bounded("grpc", self.grpc_server.stop(STOP_GRACE_S))
         if self.admin:
-            await self.admin.stop()
-        await self.broadcaster.stop()
-        await self.store.close()
+            await _bounded("admin", self.admin.stop())
+        await _bounded("broadcaster", self.broadcaster.stop())
+        await _bounded("store", self.store.close())
+
+
+STOP_STEP_TIMEOUT_S = 3.0
+
+
+async def _bounded(step: str, awaitable) -> None:
+    try:
+        await asyncio.wait_for(awaitable, STOP_STEP_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        log.warning("shutdown step timed out; going on", extra={"step": step, "timeout_s": STOP_STEP_TIMEOUT_S})
 
 
 class _AdminServer:
