@@ -43,6 +43,7 @@ from mindmotor.device.cost_model import StepShape
 from mindmotor.engine.config import EngineConfig
 from mindmotor.engine.llm_engine import LLMEngine
 
+from benchmarks.bounds import TimeBound, continuous_time_lower_bound
 from benchmarks.common import (TRACE_CITATION, BenchRequest, DriverResult, VirtualClockDriver,
                                add_common_args, admit_all, benchmark_checkpoint, describe_model,
                                finish, log, mean, percentile, r3, r4, random_tokens,
@@ -210,6 +211,7 @@ def compare(requests: list[BenchRequest], model_dir: str, seed: int, *, max_num_
     cont, stat = results["continuous"], results["static"]
     cont_tps = cont.output_tokens / cont.emulated_busy_s
     stat_tps = stat.output_tokens / padders["static"].seconds
+    bound = _continuous_bound(engines["continuous"], requests)
     out = {
         "num_requests": len(requests),
         "ran_model": run_model,
@@ -219,6 +221,11 @@ def compare(requests: list[BenchRequest], model_dir: str, seed: int, *, max_num_
         "throughput_ratio_emulated_vs_unpadded_static": r3(
             cont_tps / (stat.output_tokens / stat.emulated_busy_s)),
         "throughput_ratio_wall": r3((cont.output_tokens / cont.wall_s) / (stat.output_tokens / stat.wall_s)),
+        # the most any continuous schedule could reach on this workload and card (benchmarks/bounds.py)
+        "continuous_bound_tok_per_emulated_s": r3(bound.tokens_per_s),
+        "continuous_share_of_bound": r3(cont_tps / bound.tokens_per_s),
+        "throughput_ratio_bound": r3(bound.tokens_per_s / stat_tps),
+        "bound_min_steps": bound.min_steps,
         "continuous": _summary(cont, engines["continuous"]),
         "static": {**_summary(stat, engines["static"], padders["static"].seconds),
                    "emulated_s_unpadded": r4(stat.emulated_busy_s),
@@ -236,9 +243,18 @@ def compare(requests: list[BenchRequest], model_dir: str, seed: int, *, max_num_
                      "num_batches": len(res.batch_sizes), "batch_size_mean": r3(mean(res.batch_sizes)),
                      "batch_size_max": max(res.batch_sizes),
                      "throughput_ratio_emulated": r3(cont_tps / (res.output_tokens / pad.seconds)),
+                     "throughput_ratio_bound": r3(bound.tokens_per_s / (res.output_tokens / pad.seconds)),
                      "throughput_ratio_emulated_vs_unpadded": r3(
                          cont_tps / (res.output_tokens / res.emulated_busy_s))}
     return out
+
+
+def _continuous_bound(engine: LLMEngine, requests: list[BenchRequest]) -> TimeBound:
+    bm = engine.block_manager
+    return continuous_time_lower_bound(engine.device.cost_model, [(r.prompt_len, r.output_len) for r in requests],
+                                       kv_pool_tokens=bm.num_blocks * bm.block_size,
+                                       max_num_seqs=engine.config.max_num_seqs,
+                                       max_num_batched_tokens=engine.config.max_num_batched_tokens)
 
 
 def _length_stats(requests: list[BenchRequest]) -> dict:
@@ -290,6 +306,8 @@ def run(num_requests: int = 500, seed: int = 0, model: str | None = None, max_ou
         "throughput_ratio_emulated": emulated["throughput_ratio_emulated"],
         "throughput_ratio_wall": wall["throughput_ratio_wall"],
         "target_ratio": 4.0,
+        "continuous_bound_tok_per_emulated_s": emulated["continuous_bound_tok_per_emulated_s"],
+        "throughput_ratio_bound": emulated["throughput_ratio_bound"],
         "emulated_run": emulated,
         "wall_run": {**wall, "length_scale": wall_scale, "kv_blocks": wall_blocks,
                      "requests": _length_stats(wall_reqs)},

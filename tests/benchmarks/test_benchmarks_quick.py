@@ -58,6 +58,9 @@ def test_batching_small(model_dir):
         emu["static_context"]["batch_size_mean"]
     assert emu["static"]["batch_size_max"] <= emu["kv_pool_tokens"] // (16 + 1024)
     assert out["wall_run"]["continuous"]["output_tokens"] == out["wall_run"]["static"]["output_tokens"]
+    # the bound is an upper limit on continuous batching: the engine cannot beat it
+    assert emu["continuous_share_of_bound"] <= 1.0
+    assert out["throughput_ratio_bound"] >= out["throughput_ratio_emulated"]
 
 
 def test_static_policy_respects_kv_reservation():

@@ -52,6 +52,20 @@ class StepCost:
 
 
 @dataclass(frozen=True)
+class OperatorTime:
+    """One operator of one step: its time at the achievable compute rate and at the achievable
+    memory (or link) rate; it takes the larger, plus `kernels` launches."""
+    compute_s: float
+    memory_s: float
+    kernels: int
+    flops: float = 0.0
+    bytes: float = 0.0
+
+    def seconds(self, kernel_overhead_s: float) -> float:
+        return max(self.compute_s, self.memory_s) + self.kernels * kernel_overhead_s
+
+
+@dataclass(frozen=True)
 class _Gemm:
     name: str
     weights: int                    # elements per device per layer
@@ -95,30 +109,31 @@ class CostModel:
         self._s_per_link_byte = 1.0 / (eta_link * spec.intra_node_bandwidth)
 
     def step(self, shape: StepShape) -> StepCost:
+        ops = self.operators(shape)
+        compute_s = sum(op.compute_s for op in ops.values() if op.compute_s > op.memory_s)
+        memory_s = sum(op.memory_s for op in ops.values() if op.compute_s <= op.memory_s)
+        kernels = sum(op.kernels for op in ops.values())
+        return StepCost(seconds=compute_s + memory_s + kernels * self.kernel_overhead_s,
+                        flops=sum(op.flops for op in ops.values()),
+                        bytes=sum(op.bytes for op in ops.values()), num_kernels=kernels,
+                        breakdown={name: op.seconds(self.kernel_overhead_s) for name, op in ops.items()},
+                        compute_bound=compute_s > memory_s)
+
+    def operators(self, shape: StepShape) -> dict[str, OperatorTime]:
+        """Each operator's compute and memory time for one step (the step costs, per operator,
+        the larger of the two plus its kernels). Empty for an empty step."""
         chunks, contexts = shape.prefills, shape.decodes
         n_prefill = sum(c for c, _ in chunks)
         n = n_prefill + len(contexts)                      # tokens in the forward pass
         if n == 0:
-            return StepCost()
+            return {}
         sampled = len(chunks) + len(contexts)              # LM-head rows
         L, b, s_flop, s_byte = self._layers, self._b, self._s_per_flop, self._s_per_byte
-
-        breakdown: dict[str, float] = {}
-        compute_s = memory_s = 0.0
-        flops = nbytes = 0.0
-        kernels = 0
+        ops: dict[str, OperatorTime] = {}
 
         def add(name: str, f: float, by: float, count: int) -> None:
-            nonlocal compute_s, memory_s, flops, nbytes, kernels
-            tc, tm = f * s_flop, by * s_byte
-            if tc > tm:
-                compute_s += tc
-            else:
-                memory_s += tm
-            breakdown[name] = max(tc, tm) + count * self.kernel_overhead_s
-            flops += f
-            nbytes += by
-            kernels += count
+            ops[name] = OperatorTime(compute_s=f * s_flop, memory_s=by * s_byte, kernels=count,
+                                     flops=f, bytes=by)
 
         add("embedding", 0.0, 2.0 * n * self._hidden * b, 1)
         for g in self._gemms:
@@ -136,16 +151,10 @@ class CostModel:
         add("kv_cache_write", 0.0, 2.0 * self._kv_bytes_per_token_layer * n * L, L)
         add("lm_head", 2.0 * sampled * self._lm_head_weights,
             b * (self._lm_head_weights + sampled * (self._hidden + self._vocab_per_device)), 1)
-
-        if self._tp > 1:
+        if self._tp > 1:       # timed on the link, not HBM traffic: counted as memory time, 0 bytes
             link_s = 2 * L * self._allreduce_bytes_per_token * n * self._s_per_link_byte
-            memory_s += link_s
-            breakdown["all_reduce"] = link_s + 2 * L * self.kernel_overhead_s
-            kernels += 2 * L
-
-        seconds = compute_s + memory_s + kernels * self.kernel_overhead_s
-        return StepCost(seconds=seconds, flops=flops, bytes=nbytes, num_kernels=kernels,
-                        breakdown=breakdown, compute_bound=compute_s > memory_s)
+            ops["all_reduce"] = OperatorTime(compute_s=0.0, memory_s=link_s, kernels=2 * L)
+        return ops
 
     def kv_transfer_seconds(self, num_tokens: int, link: str = "intra_node",
                             alpha_s: float | None = None, eta: float = LINK_ETA) -> float:
