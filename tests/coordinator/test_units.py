@@ -1,17 +1,14 @@
-"""Small parts on their own: settings, API keys, the token bucket, sampling options, the text of a
-resumed request."""
+"""Small parts on their own: settings, API keys, the token bucket, sampling options."""
 
 from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
 
-from mindmotor.common.tokenizer import IncrementalDetokenizer, Tokenizer
 from mindmotor.coordinator.auth import APIKeys
 from mindmotor.coordinator.config import CoordinatorSettings, WorkerEntry, load_settings
 from mindmotor.coordinator.errors import BadRequest, Unauthorized
 from mindmotor.coordinator.rate_limit import MemoryRateLimiter
-from mindmotor.coordinator.resume import ResumedText
 from mindmotor.coordinator.sampling import SamplingOptions
 
 
@@ -89,61 +86,15 @@ def test_memory_token_bucket_exact():
 
 
 # ---- sampling ----------------------------------------------------------------------------------
-def test_sampling_options_validate_and_resume():
+def test_sampling_options_validate_and_convert():
     with pytest.raises(BadRequest, match="temperature"):
         SamplingOptions(temperature=2.5)
     opts = SamplingOptions(max_tokens=20, min_tokens=5, seed=10, temperature=0.0, logprobs=2, stop=("x",))
-    p = opts.to_proto(produced=8)
-    assert (p.max_tokens, p.min_tokens, p.seed, p.temperature, p.logprobs, list(p.stop)) == (12, 0, 10, 0.0, 2, ["x"])
+    p = opts.to_proto()           # the same for a resumed attempt: its worker counts the whole output
+    assert (p.max_tokens, p.min_tokens, p.seed, p.temperature, p.logprobs, list(p.stop)) == (20, 5, 10, 0.0, 2, ["x"])
     assert not SamplingOptions(max_tokens=None).to_proto().HasField("max_tokens")
     assert [opts.for_choice(i).seed for i in range(3)] == [10, 11, 12]
     assert SamplingOptions(seed=None).for_choice(2).seed is None
-
-
-# ---- the text of a resumed request ---------------------------------------------------------
-@pytest.fixture(scope="module")
-def tok(tiny_ckpt):
-    return Tokenizer.from_dir(tiny_ckpt)
-
-
-def worker_text(tok, prompt, ids):
-    """What a worker would have sent for `ids` (its detokenizer not flushed: held-back bytes unsent)."""
-    detok = IncrementalDetokenizer(tok, prompt)
-    return "".join(detok.add([t]) for t in ids)
-
-
-def byte_split_point(tok, ids):
-    """An index where `ids[:i]` ends inside a multi-byte character."""
-    for i in range(1, len(ids)):
-        if tok.decode(ids[:i]).endswith("\ufffd"):
-            return i
-    raise AssertionError("the test input must split a multi-byte character between tokens; "
-                         "choose a text whose characters the tiny tokenizer does not merge")
-
-
-def test_resumed_text_completes_a_character_split_between_workers(tok):
-    prompt = tok.encode("Say: ")
-    ids = tok.encode("ab 你好 😀 cd")
-    cut = byte_split_point(tok, ids)
-    sent = worker_text(tok, prompt, ids[:cut])
-    resumed = ResumedText(tok, prompt, ids[:cut], len(sent))
-    rest = "".join(resumed.add([t], finished=False)[0] for t in ids[cut:-1])
-    rest += resumed.add(ids[-1:], finished=True)[0]
-    assert sent + rest == "ab 你好 😀 cd"
-
-
-def test_resumed_text_finds_a_stop_string_across_the_move_and_releases_held_text(tok):
-    prompt = tok.encode("x")
-    ids = tok.encode("hello world, stop here")
-    cut = len(tok.encode("hello wor"))
-    assert tok.decode(ids[:cut]) == "hello wor"
-    sent = len("hello wor") - (len("world") - 1)                      # the old worker held " wor" back
-    resumed = ResumedText(tok, prompt, ids[:cut], sent, stop=["world"])
-    delta, stop = resumed.add(ids[cut:], finished=False)
-    assert (delta, stop) == (" ", "world")                           # the text ends right before it
-    resumed = ResumedText(tok, prompt, ids[:cut], sent, stop=["zzz"])
-    delta, stop = resumed.add(ids[cut:], finished=True)
-    assert stop is None and "hello wor"[:sent] + delta == "hello world, stop here"
 
 
 def test_http_listening_socket_is_tcp_so_asyncio_disables_nagle():

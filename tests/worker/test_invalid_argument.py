@@ -13,6 +13,20 @@ from .rpc import collect, request
 
 MAX_MODEL_LEN = 1024          # the tiny checkpoint's context
 
+
+def resumed(req: pb.GenerateRequest, token_ids: list[int], sent_chars: int = 0) -> pb.GenerateRequest:
+    """`req` continuing after `token_ids` produced elsewhere."""
+    req.resumed.token_ids.extend(token_ids)
+    req.resumed.sent_chars = sent_chars
+    return req
+
+
+def remote_prefilled_and_resumed() -> pb.GenerateRequest:
+    req = resumed(request([5, 6, 7], max_tokens=8), [9])
+    req.remote_prefill.CopyFrom(pb.RemotePrefill(address="127.0.0.1:1", handle="h", first_token_id=9))
+    return req
+
+
 CASES = {
     "prompt longer than the context": (
         request([5] * (MAX_MODEL_LEN + 10)), "maximum context length is 1024 tokens"),
@@ -32,6 +46,15 @@ CASES = {
     "frequency penalty": (request("hi", frequency_penalty=-3.0), "frequency_penalty must be in [-2, 2]"),
     "too many logprobs": (request("hi", logprobs=21), "logprobs must be in [0, 20], got 21"),
     "empty stop string": (request("hi", stop=[""]), "stop strings must be non-empty"),
+    "resumed ids outside the vocabulary": (
+        resumed(request("hi", max_tokens=8), [3, 100000]), "resumed output token ids [100000] are outside"),
+    "resumed output reaching max_tokens": (
+        resumed(request("hi", max_tokens=2), [3, 4]), "the resumed output has 2 tokens, but max_tokens is 2"),
+    "prompt plus resumed output filling the context": (
+        resumed(request([5] * 1000), [6] * 24), "fill this model's maximum context length of 1024 tokens"),
+    "resumed sent_chars beyond its text": (
+        resumed(request("hi", max_tokens=8), [3], sent_chars=500), "sent_chars (500) is outside"),
+    "remote-prefilled and resumed": (remote_prefilled_and_resumed(), "either remote-prefilled or resumed"),
 }
 
 

@@ -3,7 +3,7 @@
 A request goes through `middleware` (request id, auth and rate limit, body limit), a thin route in
 `routes/`, then `completions`/`chat` build one `Generation` per choice: the `Router` picks an
 instance (deployment traffic weights first, then the model's policy from `routing/`), and the
-generation streams tokens from that worker over gRPC, resubmitting elsewhere (prompt plus the
-tokens already produced) when the worker fails. `instances.RoutingTable` is what the router reads;
+generation streams tokens from that worker over gRPC, resubmitting elsewhere (the tokens already
+produced go along as output to continue from) when the worker fails. `instances.RoutingTable` is what the router reads;
 `static_source` fills it from `--worker` addresses (a controller adapter can fill it instead).
 """

@@ -1,12 +1,14 @@
-"""`Generation`: one choice of one request, streamed from a worker — and from another one, with
-the prompt plus the tokens already produced, when that worker fails.
+"""`Generation`: one choice of one request, streamed from a worker — and from another one, which
+continues after the tokens already produced, when that worker fails.
 
 A failure is a call ending in a retryable gRPC status (the worker died, was unreachable, or is
 draining), or a stream that ends without finishing or with finish_reason "abort" (a worker that
 cut its drain short). The failed instance is marked in the routing table (skipped for a while,
-listeners told) and the request goes to another instance, at most `max_retry` times. The client
-sees one stream: no token lost or repeated (for greedy sampling the tokens are exactly those of an
-undisturbed run; see `ResumedText` for the text).
+listeners told) and the request goes to another instance, at most `max_retry` times, with the
+tokens and characters the client already has (`GenerateRequest.resumed`). That worker continues
+the request as the failed one would have (the seeded random stream, penalties and token limits
+over the whole output, stop strings across the move), so the client sees one stream, no token
+lost or repeated: the tokens and text of an undisturbed run, sampled or greedy.
 
 Closing the stream (the client went away) cancels the gRPC call, which aborts the request on
 the worker and frees its KV blocks.
@@ -25,7 +27,6 @@ from typing import AsyncIterator
 
 import grpc
 
-from mindmotor.common.tokenizer import Tokenizer
 from mindmotor.protocol import worker_pb2 as pb
 
 from .channels import WorkerChannels
@@ -35,7 +36,6 @@ from .instances import InstanceView
 from .metrics import ChoiceTimer, CoordinatorMetrics
 from .pd_split import (HANDOFF_ROLES, ORDINARY_ROLES, PREFILL_ROLES, Handoff, Releaser,
                        prefill_request, split_available)
-from .resume import ResumedText
 from .router import NoInstanceAvailable as NoInstanceAvailableError, Router
 from .routing import RouteRequest
 from .sampling import SamplingOptions
@@ -73,7 +73,7 @@ class GenerationRequest:
 
 class Generation:
     def __init__(self, request: GenerationRequest, router: Router, channels: WorkerChannels,
-                 tokenizer: Tokenizer, metrics: CoordinatorMetrics, timer: ChoiceTimer, max_retry: int = 5,
+                 metrics: CoordinatorMetrics, timer: ChoiceTimer, max_retry: int = 5,
                  prefill_timeout_s: float = 60.0, releaser: Releaser | None = None):
         self.request = request
         self.prefill_timeout_s = prefill_timeout_s
@@ -81,7 +81,6 @@ class Generation:
         self.handoff: Handoff | None = None   # the prompt prefilled elsewhere, until decoded
         self.router = router
         self.channels = channels
-        self.tokenizer = tokenizer
         self.metrics = metrics
         self.timer = timer
         self.max_retry = max_retry
@@ -94,7 +93,6 @@ class Generation:
     async def stream(self) -> AsyncIterator[Piece]:
         """The pieces of this choice, the last one with finish_reason and usage."""
         req = self.request
-        resumed: ResumedText | None = None
         tried: set[str] = set()
         try:
             if split_available(self.router.table, req.model):
@@ -109,7 +107,7 @@ class Generation:
                 tried.add(instance.instance_id)
                 self.instances.append(instance.instance_id)
                 try:
-                    async for piece in self._attempt(instance, resumed):
+                    async for piece in self._attempt(instance):
                         yield piece
                         if piece.finish_reason is not None:
                             self.timer.on_finish()
@@ -118,10 +116,7 @@ class Generation:
                 except WorkerFailure as failure:
                     reason = failure.reason
                 self._on_failure(instance, reason)
-                self._drop_handoff()                  # resubmitted: prompt + produced tokens, computed there
-                if resumed is None:
-                    resumed = ResumedText(self.tokenizer, req.prompt_token_ids, self.produced, self.sent_chars,
-                                          req.sampling.stop, req.sampling.include_stop_str_in_output)
+                self._drop_handoff()                  # resubmitted: the produced tokens are computed there
         finally:
             self._drop_handoff()
 
@@ -171,7 +166,7 @@ class Generation:
             self.handoff = Handoff(instance, response)
         self.instances.append(instance.instance_id)
         self.metrics.pd_prefills.labels(req.model).inc()
-        piece = self._piece(response, None)
+        piece = self._piece(response)
         self.timer.on_tokens(len(piece.token_ids))
         return piece
 
@@ -199,19 +194,16 @@ class Generation:
         req = self.request
         # unique even when clients reuse an X-Request-Id: a clash on the worker is not its failure
         attempt_id = f"{req.request_id}.{len(self.instances) - 1}.{secrets.token_hex(3)}"
-        if self.handoff is not None:        # the decode side continues after the first token
-            out = pb.GenerateRequest(request_id=attempt_id, sampling=req.sampling.to_proto(),
-                                     priority=req.priority, remote_prefill=self.handoff.remote_prefill())
-            out.prompt_token_ids.ids.extend(req.prompt_token_ids)
-            return out
-        out = pb.GenerateRequest(request_id=attempt_id,
-                                 sampling=req.sampling.to_proto(produced=len(self.produced)),
-                                 priority=req.priority)
+        out = pb.GenerateRequest(request_id=attempt_id, sampling=req.sampling.to_proto(), priority=req.priority)
         out.prompt_token_ids.ids.extend(req.prompt_token_ids)
-        out.prompt_token_ids.ids.extend(self.produced)
+        if self.handoff is not None:        # the decode side continues after the first token
+            out.remote_prefill.CopyFrom(self.handoff.remote_prefill())
+        elif self.produced:                 # moved after a failure: continue after what the client has
+            out.resumed.token_ids.extend(self.produced)
+            out.resumed.sent_chars = self.sent_chars
         return out
 
-    async def _attempt(self, instance: InstanceView, resumed: ResumedText | None) -> AsyncIterator[Piece]:
+    async def _attempt(self, instance: InstanceView) -> AsyncIterator[Piece]:
         """The pieces from one worker; WorkerFailure when it fails (after yielding what it made)."""
         req = self.request
         cost = self.route.cost_tokens
@@ -224,7 +216,7 @@ class Generation:
                     self.handoff.pulled = True      # the decode worker released the KV itself
                 if response.finish_reason == "abort":
                     raise WorkerFailure("ABORTED: the worker aborted the request (draining)")
-                piece = self._piece(response, resumed)
+                piece = self._piece(response)
                 self.timer.on_tokens(len(piece.token_ids))
                 yield piece
                 if piece.finish_reason is not None:
@@ -238,23 +230,14 @@ class Generation:
             call.cancel()
             self.router.table.end(instance.instance_id, cost)
 
-    def _piece(self, response: pb.GenerateResponse, resumed: ResumedText | None) -> Piece:
+    def _piece(self, response: pb.GenerateResponse | pb.PrefillResponse) -> Piece:
         token_ids = list(response.token_ids)
         finish = response.finish_reason or None
         kind = response.WhichOneof("stop_reason")
-        stop_reason = getattr(response, kind) if kind else None
-        if resumed is None:
-            text = response.text
-        else:
-            # a stop token (or EOS) ends the request without adding its text
-            decoded = token_ids[:-1] if finish == "stop" and not isinstance(stop_reason, str) else token_ids
-            text, stop = resumed.add(decoded, finished=finish is not None)
-            if stop is not None:
-                finish, stop_reason = "stop", stop
         self.produced.extend(token_ids)
-        self.sent_chars += len(text)
-        piece = Piece(token_ids=token_ids, text=text, logprobs=list(response.logprobs),
-                      finish_reason=finish, stop_reason=stop_reason)
+        self.sent_chars += len(response.text)
+        piece = Piece(token_ids=token_ids, text=response.text, logprobs=list(response.logprobs),
+                      finish_reason=finish, stop_reason=getattr(response, kind) if kind else None)
         if finish is not None:
             prompt = len(self.request.prompt_token_ids)
             cached = response.usage.cached_tokens if response.HasField("usage") else 0

@@ -39,7 +39,7 @@ async def generate(c: Coordinator, request: Request, request_id: str, model: Ser
             req = GenerationRequest(request_id=f"{request_id}-{index}", model=model.name,
                                     prompt_token_ids=prompt.token_ids, sampling=sampling.for_choice(j),
                                     max_new_tokens=max_new[p_index], priority=priority)
-            generations.append(Generation(req, c.router, c.channels, model.tokenizer, c.metrics,
+            generations.append(Generation(req, c.router, c.channels, c.metrics,
                                           ChoiceTimer(c.metrics, model.name, arrival), c.settings.max_retry,
                                           c.settings.prefill_timeout_s))
             prompt_indices.append(p_index)

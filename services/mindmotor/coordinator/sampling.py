@@ -1,6 +1,6 @@
 """`SamplingOptions`: the sampling part of an OpenAI request, checked with the engine's own rules
-before any worker sees it, and turned into the worker's `SamplingParams` — also for a resubmission
-after `produced` tokens (fewer tokens left to make, fewer still required)."""
+before any worker sees it, and turned into the worker's `SamplingParams` — the same for every
+attempt: a worker that resumes a request counts its limits over the whole output."""
 
 from __future__ import annotations
 
@@ -52,13 +52,13 @@ class SamplingOptions:
             return self
         return dataclasses.replace(self, seed=(self.seed + index) % (2**63))
 
-    def to_proto(self, produced: int = 0) -> pb.SamplingParams:
+    def to_proto(self) -> pb.SamplingParams:
         p = pb.SamplingParams(top_k=self.top_k, stop=list(self.stop), stop_token_ids=list(self.stop_token_ids),
-                              ignore_eos=self.ignore_eos, min_tokens=max(0, self.min_tokens - produced),
+                              ignore_eos=self.ignore_eos, min_tokens=self.min_tokens,
                               presence_penalty=self.presence_penalty, frequency_penalty=self.frequency_penalty,
                               include_stop_str_in_output=self.include_stop_str_in_output)
         if self.max_tokens is not None:
-            p.max_tokens = max(1, self.max_tokens - produced)
+            p.max_tokens = self.max_tokens
         if self.temperature is not None:
             p.temperature = self.temperature
         if self.top_p is not None:

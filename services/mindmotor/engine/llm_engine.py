@@ -14,7 +14,7 @@ from typing import Sequence as Seq
 
 import numpy as np
 
-from mindmotor.common.tokenizer import Tokenizer
+from mindmotor.common.tokenizer import IncrementalDetokenizer, Tokenizer
 from mindmotor.device.emulated_device import EmulatedDevice
 from mindmotor.device.profiles import ModelProfile, get_profile
 from mindmotor.model.checkpoint import resolve_model_dir
@@ -37,6 +37,18 @@ log = logging.getLogger("mindmotor.engine")
 
 class RequestError(ValueError):
     """A request the engine refuses (the worker turns it into INVALID_ARGUMENT)."""
+
+
+@dataclass(frozen=True)
+class ResumedPrompt:
+    """The prompt of a request that already produced `output_token_ids` on an instance that then
+    failed, the client holding the first `sent_chars` characters of their text. The engine
+    continues it as that instance would have (see `LLMEngine._resume`), so the client's stream
+    goes on exactly: the same seeded draws, penalties and token limits over the whole output, stop
+    strings that began before the move."""
+    prompt: str | Seq[int]
+    output_token_ids: Seq[int]
+    sent_chars: int = 0
 
 
 @dataclass
@@ -111,22 +123,17 @@ class LLMEngine:
                                         "max_model_len": self.max_model_len})
 
     # ---- requests ---------------------------------------------------------------------------
-    def validate(self, prompt: str | Seq[int], params: SamplingParams) -> tuple[list[int], SamplingParams]:
+    def validate(self, prompt: str | Seq[int] | ResumedPrompt, params: SamplingParams
+                 ) -> tuple[list[int] | ResumedPrompt, SamplingParams]:
         """Check a request without touching engine state (safe from any thread).
-        Returns the prompt token ids and the params with `max_tokens` resolved."""
-        if isinstance(prompt, str):
-            ids = self.tokenizer.encode(prompt)
-        else:
-            ids = [int(t) for t in prompt]
-        vocab = self.model.config.vocab_size
+        Returns the prompt token ids (in a `ResumedPrompt` for a resumed request) and the params
+        with `max_tokens` resolved."""
+        resumed = prompt if isinstance(prompt, ResumedPrompt) else None
+        ids = self._token_ids(resumed.prompt if resumed else prompt)
         if not ids:
             raise RequestError("the prompt is empty")
-        bad = [t for t in ids if not 0 <= t < vocab]
-        if bad:
-            raise RequestError(f"prompt token ids {bad[:5]} are outside the vocabulary [0, {vocab})")
-        bad_stops = [t for t in params.stop_token_ids if not 0 <= t < vocab]
-        if bad_stops:
-            raise RequestError(f"stop_token_ids {bad_stops[:5]} are outside the vocabulary [0, {vocab})")
+        self._check_vocabulary("prompt token ids", ids)
+        self._check_vocabulary("stop_token_ids", params.stop_token_ids)
         if len(ids) >= self.max_model_len:
             raise RequestError(
                 f"the prompt has {len(ids)} tokens, but this model's maximum context length is "
@@ -139,14 +146,49 @@ class LLMEngine:
                 f"this model's maximum context length is {self.max_model_len} tokens, but "
                 f"{len(ids) + params.max_tokens} were requested ({len(ids)} in the prompt, "
                 f"{params.max_tokens} in the completion); reduce the prompt or max_tokens")
+        if resumed is not None:
+            return self._validate_resumed(ids, resumed, params), params
         return ids, params
 
-    def add_request(self, request_id: str, prompt: str | Seq[int], params: SamplingParams | None = None,
-                    priority: int = 0, arrival_time: float | None = None,
-                    validated: tuple[list[int], SamplingParams] | None = None,
+    def _token_ids(self, prompt: str | Seq[int]) -> list[int]:
+        if isinstance(prompt, str):
+            return self.tokenizer.encode(prompt)
+        return [int(t) for t in prompt]
+
+    def _check_vocabulary(self, what: str, ids: Seq[int]) -> None:
+        vocab = self.model.config.vocab_size
+        bad = [t for t in ids if not 0 <= t < vocab]
+        if bad:
+            raise RequestError(f"{what} {bad[:5]} are outside the vocabulary [0, {vocab})")
+
+    def _validate_resumed(self, ids: list[int], resumed: ResumedPrompt, params: SamplingParams) -> ResumedPrompt:
+        """The resumed output must be tokens this request could have produced: in the vocabulary,
+        within the context and max_tokens with room for one more, `sent_chars` within its text."""
+        outputs = [int(t) for t in resumed.output_token_ids]
+        self._check_vocabulary("resumed output token ids", outputs)
+        if len(ids) + len(outputs) >= self.max_model_len:
+            raise RequestError(
+                f"the prompt ({len(ids)} tokens) and the resumed output ({len(outputs)} tokens) fill "
+                f"this model's maximum context length of {self.max_model_len} tokens; nothing is left "
+                "to generate")
+        if len(outputs) >= params.max_tokens:
+            raise RequestError(
+                f"the resumed output has {len(outputs)} tokens, but max_tokens is {params.max_tokens} "
+                "(the whole output's limit); nothing is left to generate")
+        text = IncrementalDetokenizer(self.tokenizer, ids).add(outputs)
+        if not 0 <= resumed.sent_chars <= len(text):
+            raise RequestError(
+                f"sent_chars ({resumed.sent_chars}) is outside the resumed output's text, which has "
+                f"{len(text)} characters")
+        return ResumedPrompt(ids, outputs, resumed.sent_chars)
+
+    def add_request(self, request_id: str, prompt: str | Seq[int] | ResumedPrompt,
+                    params: SamplingParams | None = None, priority: int = 0, arrival_time: float | None = None,
+                    validated: tuple[list[int] | ResumedPrompt, SamplingParams] | None = None,
                     prefill_only: bool = False) -> Sequence:
-        """Queue a request. `prefill_only`: it ends after its first token with finish reason
-        "prefilled" and its KV pinned under its request id (see `read_pinned_kv`)."""
+        """Queue a request (a `ResumedPrompt`: continue one moved from another instance).
+        `prefill_only`: it ends after its first token with finish reason "prefilled" and its KV
+        pinned under its request id (see `read_pinned_kv`)."""
         seq = self._new_sequence(request_id, prompt, params, priority, arrival_time, validated)
         seq.prefill_only = prefill_only
         self.scheduler.add(seq)
@@ -156,14 +198,25 @@ class LLMEngine:
         if request_id in self.requests or self.pins.get(request_id) is not None:
             raise RequestError(f"request id {request_id!r} is already in use")
         ids, params = validated or self.validate(prompt, params or SamplingParams())
-        seq = Sequence(request_id=request_id, prompt_token_ids=ids, params=params,
-                       arrival_time=time.monotonic() if arrival_time is None else arrival_time,
+        resumed = ids if isinstance(ids, ResumedPrompt) else None
+        seq = Sequence(request_id=request_id, prompt_token_ids=list(resumed.prompt) if resumed else ids,
+                       params=params, arrival_time=time.monotonic() if arrival_time is None else arrival_time,
                        priority=priority, max_total_tokens=self.max_model_len)
         seq.rng = np.random.default_rng(params.seed if params.seed is not None
                                         else int(self._rng.integers(2**63)))
         self.requests[request_id] = seq
         self.outputs.add(seq)
+        if resumed is not None:
+            self._resume(seq, resumed)
         return seq
+
+    def _resume(self, seq: Sequence, resumed: ResumedPrompt) -> None:
+        """Put `seq` where the failed instance left it: its outputs generated but their KV not
+        computed — the state of a sequence preempted by recompute, so the scheduler computes
+        prompt + outputs, then samples the next token — its generator past their draws, the text
+        the client has marked sent."""
+        self.sampler.skip_draws(seq, len(resumed.output_token_ids))
+        self.outputs.resume(seq, resumed.output_token_ids, resumed.sent_chars)
 
     def abort_request(self, request_id: str) -> RequestOutput | None:
         seq = self.requests.pop(request_id, None)

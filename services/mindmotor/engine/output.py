@@ -45,8 +45,18 @@ class OutputProcessor:
 
     def mark_sent(self, request_id: str, num_chars: int) -> None:
         """The first `num_chars` characters of the output text were sent by someone else (the
-        prefill instance of a P/D split): continue the stream after them."""
+        prefill instance of a P/D split, the instance a resumed request ran on): continue the
+        stream after them."""
         self._emitted[request_id] = num_chars
+
+    def resume(self, seq: Sequence, token_ids: list[int], sent_chars: int) -> None:
+        """`seq` produced `token_ids` on another instance, which sent the first `sent_chars`
+        characters of their text: take them as output (no stop rules: they did not stop it there)
+        and continue the stream after those characters, so text the other instance held back or
+        could not finish (part of a character, a possible stop string) follows from here."""
+        seq.output_token_ids.extend(token_ids)
+        seq.output_text = self._detok[seq.request_id].add(token_ids)
+        self.mark_sent(seq.request_id, sent_chars)
 
     def on_token(self, seq: Sequence, token: int) -> SequenceStatus | None:
         """Append `token` to `seq`; return the finished status if it ends the sequence."""

@@ -143,8 +143,8 @@ class Scheduler:
                 break
             heapq.heappop(self.waiting)
             bm.record_prefix_lookup(seq.num_tokens, num_cached)
-            if seq.num_preemptions == 0:
-                seq.num_cached_tokens = num_cached
+            if seq.num_preemptions == 0:     # of the prompt: a resumed request's outputs may hit too
+                seq.num_cached_tokens = min(num_cached, seq.num_prompt_tokens)
             seq.num_computed_tokens = num_cached
             seq.status = SequenceStatus.RUNNING
             bisect.insort(self.running, seq)

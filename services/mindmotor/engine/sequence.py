@@ -34,7 +34,7 @@ class Sequence:
     arrival_time: float
     priority: int = 0                      # lower runs first; FCFS within a priority
     status: SequenceStatus = SequenceStatus.WAITING
-    output_token_ids: list[int] = field(default_factory=list)
+    output_token_ids: list[int] = field(default_factory=list)   # with those made before a move (resumed)
     num_computed_tokens: int = 0           # tokens whose K/V are in the cache
     num_cached_tokens: int = 0             # of the prompt, found in the prefix cache at admission
     block_table: list[int] = field(default_factory=list)

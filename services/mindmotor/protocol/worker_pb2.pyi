@@ -7,20 +7,22 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("request_id", "prompt_text", "prompt_token_ids", "sampling", "priority", "remote_prefill")
+    __slots__ = ("request_id", "prompt_text", "prompt_token_ids", "sampling", "priority", "remote_prefill", "resumed")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TEXT_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     REMOTE_PREFILL_FIELD_NUMBER: _ClassVar[int]
+    RESUMED_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     prompt_text: str
     prompt_token_ids: TokenIds
     sampling: SamplingParams
     priority: int
     remote_prefill: RemotePrefill
-    def __init__(self, request_id: _Optional[str] = ..., prompt_text: _Optional[str] = ..., prompt_token_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., priority: _Optional[int] = ..., remote_prefill: _Optional[_Union[RemotePrefill, _Mapping]] = ...) -> None: ...
+    resumed: ResumedOutput
+    def __init__(self, request_id: _Optional[str] = ..., prompt_text: _Optional[str] = ..., prompt_token_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., priority: _Optional[int] = ..., remote_prefill: _Optional[_Union[RemotePrefill, _Mapping]] = ..., resumed: _Optional[_Union[ResumedOutput, _Mapping]] = ...) -> None: ...
 
 class RemotePrefill(_message.Message):
     __slots__ = ("address", "handle", "first_token_id", "sent_chars", "node", "cached_tokens")
@@ -37,6 +39,14 @@ class RemotePrefill(_message.Message):
     node: str
     cached_tokens: int
     def __init__(self, address: _Optional[str] = ..., handle: _Optional[str] = ..., first_token_id: _Optional[int] = ..., sent_chars: _Optional[int] = ..., node: _Optional[str] = ..., cached_tokens: _Optional[int] = ...) -> None: ...
+
+class ResumedOutput(_message.Message):
+    __slots__ = ("token_ids", "sent_chars")
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    SENT_CHARS_FIELD_NUMBER: _ClassVar[int]
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    sent_chars: int
+    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., sent_chars: _Optional[int] = ...) -> None: ...
 
 class TokenIds(_message.Message):
     __slots__ = ("ids",)

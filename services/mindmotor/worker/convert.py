@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from mindmotor.engine.llm_engine import ResumedPrompt
 from mindmotor.engine.output import RequestOutput
 from mindmotor.engine.sampling_params import SamplingParams
 from mindmotor.protocol import worker_pb2 as pb
@@ -15,6 +16,12 @@ def prompt_from_request(request: pb.GenerateRequest) -> str | list[int]:
     if kind == "prompt_token_ids":
         return list(request.prompt_token_ids.ids)
     raise ValueError("the request has no prompt: set prompt_text or prompt_token_ids")
+
+
+def resumed_prompt(prompt: str | list[int], resumed: pb.ResumedOutput) -> ResumedPrompt:
+    """The prompt of a request that continues after output produced on another instance (the
+    engine checks the tokens and `sent_chars`)."""
+    return ResumedPrompt(prompt, list(resumed.token_ids), resumed.sent_chars)
 
 
 def sampling_params_from_proto(p: pb.SamplingParams) -> SamplingParams:

@@ -2,7 +2,8 @@
 
 Generate streams one chunk per engine output. A request the engine refuses fails alone with
 INVALID_ARGUMENT; a client that cancels or goes away cancels this handler's task, which closes
-the engine stream, which aborts the request and frees its KV blocks.
+the engine stream, which aborts the request and frees its KV blocks. A `resumed` request (moved
+here after its instance failed) continues after its output so far, which it does not repeat.
 
 Prefill/decode split: `Prefill` runs a prefill-only request (first token back, KV pinned under
 its request id); `PullKV` streams a pinned KV to a decode instance, `ReleaseKV` frees it; a
@@ -28,7 +29,7 @@ from mindmotor.protocol import worker_pb2_grpc
 
 from .admission import Admission
 from .convert import (device_status_from_snapshot, load_from_stats, prefill_response, prompt_from_request,
-                      response_from_output, sampling_params_from_proto)
+                      response_from_output, resumed_prompt, sampling_params_from_proto)
 from .kv_receiver import KVReceiver
 from .kv_stream import DEFAULT_BLOCKS_PER_CHUNK, chunks_from_blocks
 from .metrics import WorkerMetrics
@@ -61,16 +62,27 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
         with request_context(request_id):
             prompt, params = await self._admit(request_id, request, context)
             with self.admission.track(request_id):
-                if request.HasField("remote_prefill"):
-                    if isinstance(prompt, str):
-                        await _refuse(context, grpc.StatusCode.INVALID_ARGUMENT,
-                                      "a remote-prefilled request must carry prompt_token_ids")
-                    open_outputs = lambda: self._remote_outputs(  # noqa: E731
-                        request_id, prompt, params, request.priority, request.remote_prefill)
-                else:
-                    open_outputs = lambda: self.engine.generate(  # noqa: E731
-                        request_id, prompt, params, request.priority)
-                await self._stream(open_outputs, context)
+                await self._stream(await self._opener(request_id, request, prompt, params, context), context)
+
+    async def _opener(self, request_id: str, request: pb.GenerateRequest, prompt: str | list[int],
+                      params: SamplingParams, context):
+        """What opens the request's output stream: a remote-prefilled request pulls its KV first,
+        a resumed one continues after its output so far. Refuses (raising) a request that is both,
+        or remote-prefilled without token ids."""
+        if request.HasField("remote_prefill"):
+            if isinstance(prompt, str):
+                await _refuse(context, grpc.StatusCode.INVALID_ARGUMENT,
+                              "a remote-prefilled request must carry prompt_token_ids")
+            if request.HasField("resumed"):
+                await _refuse(context, grpc.StatusCode.INVALID_ARGUMENT,
+                              "a request is either remote-prefilled or resumed, not both")
+            return lambda: self._remote_outputs(request_id, prompt, params, request.priority,
+                                                request.remote_prefill)
+        if request.HasField("resumed"):
+            prompt = resumed_prompt(prompt, request.resumed)
+            log.info("resuming a request moved from another instance",
+                     extra={"resumed_tokens": len(request.resumed.token_ids)})
+        return lambda: self.engine.generate(request_id, prompt, params, request.priority)
 
     async def _admit(self, request_id: str, request, context) -> tuple[str | list[int], SamplingParams]:
         """Refuse (raising) when draining, for a duplicate id or a malformed request."""
