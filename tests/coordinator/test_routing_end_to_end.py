@@ -22,7 +22,7 @@ def test_both_workers_receive_traffic(coordinator, virtual_workers, model_name):
     gained = [a - b for a, b in zip(after, before)]
     assert all(g > 0 for g in gained) and sum(gained) == 18
     for w in virtual_workers:
-        assert f'mindmotor_coordinator_routed_total{{instance="{w.address}",model="{model_name}"}}' in metrics
+        assert f'mindmotor_coordinator_routed_total{{instance_id="{w.address}",model="{model_name}"}}' in metrics
 
 
 def test_cache_aware_keeps_a_shared_prefix_on_one_instance(make_coordinator, virtual_workers, model_name):

@@ -57,7 +57,7 @@ def test_the_checker_catches_mistakes(expr):
 def test_the_checker_accepts_what_prometheus_stores():
     check_query("example", 'histogram_quantile(0.99, sum by (le, model) '
                            '(rate(mindmotor_coordinator_e2e_request_latency_seconds_bucket{model=~"$model"}[$__rate_interval])))')
-    check_query("example", 'sum by (exported_instance) (rate(mindmotor_coordinator_routed_total[5m]))', "{{exported_instance}}")
+    check_query("example", 'sum by (instance_id) (rate(mindmotor_coordinator_routed_total[5m]))', "{{instance_id}}")
     check_query("example", 'up{job=~"mindmotor-.*"} == 0')
 
 

@@ -32,7 +32,7 @@ class CoordinatorMetrics:
         self.migrations = Counter(p + "migrations_total",
                                   "resubmissions that carried already produced tokens", ["model"], registry=r)
         self.routed = Counter(p + "routed_total", "worker requests sent, per instance",
-                              ["model", "instance"], registry=r)
+                              ["model", "instance_id"], registry=r)
         self.prompt_tokens = Counter(p + "prompt_tokens_total", "", ["model"], registry=r)
         self.generation_tokens = Counter(p + "generation_tokens_total", "", ["model"], registry=r)
         self.pd_prefills = Counter(p + "pd_prefills_total", "choices whose prompt ran on a prefill instance",
