@@ -123,6 +123,19 @@ def chunk_text(obj: dict, chat: bool) -> str:
     return choice.get("text") or ""
 
 
+def chunk_carries_tokens(obj: dict, chat: bool) -> bool:
+    """Whether a stream chunk delivers generated tokens (choice 0): text, or tokens whose text the
+    server still holds back (part of a UTF-8 character, a possible stop string). Only requests that
+    ask for logprobs get a chunk for such tokens; without them, TTFT and ITL count text, as vLLM's
+    serving benchmark does — with a model that opens with incomplete characters that can be many
+    tokens late (`--logprobs 0` measures tokens)."""
+    if chunk_text(obj, chat):
+        return True
+    choices = obj.get("choices") or []
+    logprobs = (choices[0].get("logprobs") or {}) if choices else {}
+    return bool(logprobs.get("content") if chat else logprobs.get("tokens"))
+
+
 # ---- the workload ------------------------------------------------------------------------------
 @dataclass
 class RequestSpec:
@@ -264,7 +277,10 @@ def request_body(spec: RequestSpec, args: argparse.Namespace, model: str) -> dic
                             "stream_options": {"include_usage": True}, "temperature": args.temperature}
     if args.ignore_eos:
         body["ignore_eos"] = True
-    if args.endpoint.endswith("/chat/completions"):
+    chat = args.endpoint.endswith("/chat/completions")
+    if args.logprobs is not None:      # every token in a chunk: TTFT/ITL of tokens, not of text
+        body.update({"logprobs": True, "top_logprobs": args.logprobs} if chat else {"logprobs": args.logprobs})
+    if chat:
         body["messages"] = [{"role": "user", "content": spec.prompt}]
     else:
         body["prompt"] = spec.prompt
@@ -305,7 +321,7 @@ async def send_request(client, url: str, headers: dict, body: dict, chat: bool, 
                         return result
                     if obj.get("usage"):
                         usage = obj["usage"]
-                    if chunk_text(obj, chat):
+                    if chunk_carries_tokens(obj, chat):
                         chunks += 1
                         if last is None:
                             result.ttft_s = now - start
@@ -514,7 +530,7 @@ async def run_benchmark(args: argparse.Namespace, specs: list[RequestSpec] | Non
     config = {"base_url": base, "endpoint": args.endpoint, "model": model, "num_prompts": len(specs),
               "request_rate": rate, "burstiness": args.burstiness,
               "max_concurrency": args.max_concurrency, "dataset": args.dataset, "seed": args.seed,
-              "ignore_eos": args.ignore_eos, "temperature": args.temperature,
+              "ignore_eos": args.ignore_eos, "temperature": args.temperature, "logprobs": args.logprobs,
               "tokenizer": args.tokenizer,
               "input_len_mean": float(np.mean([s.prompt_len for s in specs])) if specs else 0.0,
               "output_len_mean": float(np.mean([s.output_len for s in specs])) if specs else 0.0}
@@ -643,6 +659,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--ignore-eos", action=argparse.BooleanOptionalAction, default=True,
                    help="generate exactly max_tokens (default: on)")
+    p.add_argument("--logprobs", type=int, default=None, metavar="K",
+                   help="ask for K top logprobs per token, so that every token arrives in a chunk: TTFT and "
+                        "ITL then count tokens, also those whose text is held back (default: off, text)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--percentiles", type=lambda s: [float(x) for x in s.split(",")], default=[50, 90, 99],
                    help="comma list (default: 50,90,99)")

@@ -46,6 +46,19 @@ def test_chunk_text_for_both_endpoints():
     assert bs.chunk_text({"choices": [], "usage": {"completion_tokens": 3}}, chat=False) == ""
 
 
+def test_a_chunk_of_held_back_tokens_counts_when_logprobs_show_them():
+    """With logprobs every token arrives in a chunk, also one whose text the server holds back
+    (an incomplete UTF-8 character): it is a token for TTFT/ITL, though it has no text."""
+    held = {"choices": [{"text": "", "logprobs": {"tokens": ["bytes:\\xe4"], "token_logprobs": [-0.1]}}]}
+    assert bs.chunk_carries_tokens(held, chat=False)
+    assert bs.chunk_carries_tokens({"choices": [{"delta": {"content": ""}, "logprobs": {"content": [{}]}}]},
+                                   chat=True)
+    assert not bs.chunk_carries_tokens({"choices": [{"text": "", "logprobs": None, "finish_reason": "length"}]},
+                                       chat=False)
+    assert not bs.chunk_carries_tokens({"choices": [], "usage": {"completion_tokens": 3}}, chat=False)
+    assert bs.chunk_carries_tokens({"choices": [{"text": "ab"}]}, chat=False)
+
+
 def _result(ttft, e2el, out, send=0.0, ok=True, error="", itl=()):
     return bs.RequestResult(success=ok, error=error, prompt_len=10, output_len=out, prompt_tokens=10,
                             output_tokens=out if ok else None, send_s=send, ttft_s=ttft if ok else None,
@@ -132,11 +145,12 @@ def _args(**over) -> argparse.Namespace:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("endpoint", ["/v1/completions", "/v1/chat/completions"])
-def test_bench_serving_core_against_platform(platform, tiny_model, endpoint, tmp_path):
+@pytest.mark.parametrize("endpoint,logprobs", [("/v1/completions", None), ("/v1/chat/completions", None),
+                                               ("/v1/completions", 0), ("/v1/chat/completions", 0)])
+def test_bench_serving_core_against_platform(platform, tiny_model, endpoint, logprobs, tmp_path):
     args = _args(base_url=platform["url"], endpoint=endpoint, num_prompts=10, request_rate=50.0, input_len=24,
                  output_len=6, output_len_range_ratio=0.5, tokenizer=str(tiny_model), seed=3,
-                 goodput=["ttft:60000", "e2el:60000"])
+                 goodput=["ttft:60000", "e2el:60000"], logprobs=logprobs)
     result = asyncio.run(bs.run_benchmark(args))
     m = result["metrics"]
     assert m["completed"] == 10 and m["failed"] == 0 and m["errors"] == {}
