@@ -1,8 +1,8 @@
 """`RoutingTableBroadcaster`: one controller's current routing table, rebuilt from the registry
-when any controller announces a routing change (store channel `routing:changes`) and every
-refresh interval (fresher load; and a safety net for a lost notification), then handed to every
-Watch stream. Rebuilds are coalesced: a burst of changes yields one table, and a slow watcher
-skips straight to the newest table."""
+(and the deployments' traffic weights) when any controller announces a routing change (store
+channel `routing:changes`) and every refresh interval (fresher load; and a safety net for a lost
+notification), then handed to every Watch stream. Rebuilds are coalesced: a burst of changes
+yields one table, and a slow watcher skips straight to the newest table."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from mindmotor.protocol import controller_pb2
 from . import states
 from .records import InstanceRecord
 from .registry import CHANGES_CHANNEL, Registry
+from .traffic import TrafficTable
 
 log = logging.getLogger("mindmotor.controller")
 
@@ -24,11 +25,11 @@ COALESCE_S = 0.02
 RESUBSCRIBE_S = 0.5
 
 
-def build_table(records: list[InstanceRecord], version: int, controller_id: str,
-                from_leader: bool) -> controller_pb2.RoutingTable:
+def build_table(records: list[InstanceRecord], version: int, controller_id: str, from_leader: bool,
+                traffic: list[controller_pb2.TrafficSplit] = ()) -> controller_pb2.RoutingTable:
     return controller_pb2.RoutingTable(
         version=version, controller_id=controller_id, from_leader=from_leader,
-        instances=[r.to_info() for r in records if r.state in states.LISTED])
+        instances=[r.to_info() for r in records if r.state in states.LISTED], traffic=traffic)
 
 
 def for_model(table: controller_pb2.RoutingTable, model: str) -> controller_pb2.RoutingTable:
@@ -38,14 +39,18 @@ def for_model(table: controller_pb2.RoutingTable, model: str) -> controller_pb2.
     filtered.CopyFrom(table)
     del filtered.instances[:]
     filtered.instances.extend(i for i in table.instances if i.model == model)
+    del filtered.traffic[:]
+    filtered.traffic.extend(t for t in table.traffic if t.model == model)
     return filtered
 
 
 class RoutingTableBroadcaster:
     def __init__(self, registry: Registry, controller_id: str, is_leader: Callable[[], bool],
                  refresh_interval_s: float,
-                 on_rebuild: Callable[[controller_pb2.RoutingTable, list[InstanceRecord]], None] | None = None):
+                 on_rebuild: Callable[[controller_pb2.RoutingTable, list[InstanceRecord]], None] | None = None,
+                 traffic: TrafficTable | None = None):
         self.registry = registry
+        self.traffic = traffic
         self.controller_id = controller_id
         self.is_leader = is_leader
         self.refresh_interval_s = refresh_interval_s
@@ -80,7 +85,8 @@ class RoutingTableBroadcaster:
     async def rebuild(self) -> None:
         records = await self.registry.list()
         version = await self.registry.version()
-        table = build_table(records, version, self.controller_id, self.is_leader())
+        splits = await self.traffic.list() if self.traffic else []
+        table = build_table(records, version, self.controller_id, self.is_leader(), splits)
         if self.on_rebuild:
             self.on_rebuild(table, records)
         content = table.SerializeToString(deterministic=True)

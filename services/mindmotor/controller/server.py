@@ -31,6 +31,7 @@ from .registry import Registry
 from .routing import RoutingTableBroadcaster
 from .service import ControllerService
 from .sweeper import HealthSweeper
+from .traffic import TrafficTable
 
 log = logging.getLogger("mindmotor.controller")
 
@@ -46,15 +47,17 @@ class ControllerServer:
         self.store = store or open_store(config.redis_url, config.redis_prefix)
         self.metrics = ControllerMetrics(config.controller_id)
         self.registry = Registry(self.store)
+        self.traffic = TrafficTable(self.store, self.registry)
         self.elector = LeaderElector(self.store, config.controller_id, config.lease_ttl_s,
                                      on_change=self._leadership_changed)
         self.broadcaster = RoutingTableBroadcaster(self.registry, config.controller_id,
                                                    lambda: self.elector.is_leader, config.heartbeat_interval_s,
-                                                   on_rebuild=self.metrics.on_rebuild)
+                                                   on_rebuild=self.metrics.on_rebuild, traffic=self.traffic)
         self.sweeper = HealthSweeper(self.registry, self.elector, config,
                                      on_transition=lambda _id, _old, new: self.metrics.transitions.labels(new).inc(),
                                      pd=PDAutoscaler(self.registry, config, self.metrics))
-        self.service = ControllerService(self.registry, self.broadcaster, self.elector, self.metrics, config)
+        self.service = ControllerService(self.registry, self.broadcaster, self.elector, self.metrics, config,
+                                         self.traffic)
         self.health = HealthServicer()
         self.grpc_server: grpc.aio.Server | None = None
         self.admin: _AdminServer | None = None

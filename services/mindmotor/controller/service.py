@@ -1,6 +1,6 @@
 """`ControllerService`: the gRPC `mindmotor.v1.Controller` servicer — thin handlers over the
-registry and the routing table broadcaster. A store that does not answer is UNAVAILABLE (the
-caller retries, possibly on another controller)."""
+registry, the traffic table and the routing table broadcaster. A store that does not answer is
+UNAVAILABLE (the caller retries, possibly on another controller)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import logging
 
 import grpc
 
+from mindmotor.common.admin_token import bearer_matches
 from mindmotor.common.store import StoreUnavailable
 from mindmotor.protocol import controller_pb2, controller_pb2_grpc
 
@@ -18,6 +19,7 @@ from .metrics import ControllerMetrics
 from .records import validate_register
 from .registry import Registry
 from .routing import RoutingTableBroadcaster, for_model
+from .traffic import TrafficTable, validate_traffic
 
 log = logging.getLogger("mindmotor.controller")
 
@@ -36,8 +38,9 @@ REREGISTER = controller_pb2.HeartbeatCommand(
 
 class ControllerService(controller_pb2_grpc.ControllerServicer):
     def __init__(self, registry: Registry, broadcaster: RoutingTableBroadcaster, elector: LeaderElector,
-                 metrics: ControllerMetrics, config: ControllerConfig):
+                 metrics: ControllerMetrics, config: ControllerConfig, traffic: TrafficTable):
         self.registry = registry
+        self.traffic = traffic
         self.broadcaster = broadcaster
         self.elector = elector
         self.metrics = metrics
@@ -123,3 +126,19 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         if found:
             log.info("instance deregistered", extra={"instance_id": request.instance_id})
         return controller_pb2.DeregisterResponse(found=found)
+
+    async def SetTraffic(self, request, context):
+        if self.config.admin_token and not bearer_matches(context.invocation_metadata(), self.config.admin_token):
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                                "SetTraffic needs the admin token (metadata authorization: Bearer <token>)")
+        problem = validate_traffic(request)
+        if problem:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        try:
+            version = await self.traffic.set(request.deployment, request.model, dict(request.weights))
+        except StoreUnavailable as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        log.info("traffic set", extra={"deployment": request.deployment, "model": request.model,
+                                       "weights": dict(request.weights), "routing_version": version})
+        self.broadcaster.poke()
+        return controller_pb2.SetTrafficResponse(version=version)

@@ -55,7 +55,8 @@ def make_source(settings: CoordinatorSettings, c: Coordinator):
     if settings.controllers:
         from .controller_source import ControllerSource
 
-        return ControllerSource(settings.controllers, c.table, reporter=settings.coordinator_id)
+        return ControllerSource(settings.controllers, c.table, reporter=settings.coordinator_id,
+                                on_traffic=c.router.set_table_traffic)
     return StaticWorkerSource(settings.workers, c.table, c.channels, settings.status_interval_s,
                               settings.status_timeout_s)
 

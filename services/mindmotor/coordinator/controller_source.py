@@ -4,7 +4,8 @@ fail (`ReportFailure`), so the controller marks them suspect for every coordinat
 
 The stream itself is `mindmotor.controller.client.RoutingTableWatcher` (reconnects, fails over
 between controllers); this module only translates: each `RoutingTable` replaces the local table,
-each `InstanceInfo` becomes an `InstanceView`.
+each `InstanceInfo` becomes an `InstanceView`, and the table's traffic weights (set by the
+Deployer) go to `on_traffic` (the router) as model -> version -> weight.
 """
 
 from __future__ import annotations
@@ -29,6 +30,15 @@ def view_from_info(info: controller_pb2.InstanceInfo) -> InstanceView:
         kv_usage=info.load.kv_usage)
 
 
+def traffic_from_table(routing_table: controller_pb2.RoutingTable) -> dict[str, dict[str, float]]:
+    """model -> version -> weight. Should two deployments name one model (the Deployer refuses
+    that), their weights are merged, the later deployment's winning for a version both name."""
+    traffic: dict[str, dict[str, float]] = {}
+    for split in routing_table.traffic:
+        traffic.setdefault(split.model, {}).update(split.weights)
+    return traffic
+
+
 def _default_watcher(addresses: Sequence[str], on_update: Callable) -> Any:
     from mindmotor.controller.client import RoutingTableWatcher   # only when a controller is used
 
@@ -37,8 +47,10 @@ def _default_watcher(addresses: Sequence[str], on_update: Callable) -> Any:
 
 class ControllerSource:
     def __init__(self, addresses: Sequence[str], table: RoutingTable, reporter: str,
-                 first_table_timeout_s: float = 5.0, make_watcher: Callable = _default_watcher):
+                 first_table_timeout_s: float = 5.0, make_watcher: Callable = _default_watcher,
+                 on_traffic: Callable[[dict[str, dict[str, float]]], None] | None = None):
         self.table = table
+        self.on_traffic = on_traffic
         self.reporter = reporter
         self.first_table_timeout_s = first_table_timeout_s
         self.watcher = make_watcher(addresses, self._apply)
@@ -47,6 +59,8 @@ class ControllerSource:
 
     def _apply(self, routing_table: controller_pb2.RoutingTable) -> None:
         self.table.replace(view_from_info(info) for info in routing_table.instances)
+        if self.on_traffic is not None:
+            self.on_traffic(traffic_from_table(routing_table))
 
     def _report(self, view: InstanceView, reason: str) -> None:
         task = asyncio.get_running_loop().create_task(self._send_report(view.instance_id, reason))

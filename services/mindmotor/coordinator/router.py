@@ -2,6 +2,10 @@
 weight first (when the model has weights), then an instance of it by the model's policy — and
 keeps this coordinator's per-instance load (outstanding tokens) while the request runs.
 
+Traffic weights come from two places: the static `traffic` setting, and the controller's routing
+table (`set_table_traffic`, as the Deployer set them). For a model the table names, the table's
+weights win; the static ones apply to the other models.
+
 Roles: a pick may be limited to instances of some roles (`roles`). Each (model, version, role
 group) keeps its own policy state; decode picks use `least_load` whatever the model's policy (a
 decode instance's prefix cache only saves a transfer, its load decides the TPOT)."""
@@ -29,7 +33,8 @@ class Router:
                  on_routed: Callable[[str, InstanceView], None] | None = None):
         self.table = table
         self._make_policy = make_policy
-        self._traffic = traffic or {}
+        self._static_traffic = traffic or {}
+        self._table_traffic: dict[str, dict[str, float]] = {}
         self._policies: dict[tuple[str, str, str], Policy] = {}
         self._splits: dict[str, VersionSplit] = {}
         self._on_routed = on_routed
@@ -41,6 +46,14 @@ class Router:
             policy = self._policies[key] = LeastLoad() if group == "decode" else self._make_policy(model)
         return policy
 
+    def set_table_traffic(self, traffic: dict[str, dict[str, float]]) -> None:
+        """The weights of the controller's latest routing table: model -> version -> weight."""
+        self._table_traffic = traffic
+
+    def traffic(self, model: str) -> dict[str, float]:
+        """The version weights that apply to `model` now (empty: no version split)."""
+        return self._table_traffic.get(model) or self._static_traffic.get(model) or {}
+
     def pick(self, model: str, request: RouteRequest, exclude: Collection[str] = (),
              roles: Collection[str] | None = None) -> InstanceView:
         """The instance to send `request` to (not one of `exclude`; of one of `roles` if given);
@@ -49,10 +62,10 @@ class Router:
         if not candidates:
             raise NoInstanceAvailable(model)
         version = ""
-        weights = self._traffic.get(model)
+        weights = self.traffic(model)
         if weights:
             split = self._splits.get(model)
-            if split is None:
+            if split is None or split.weights != weights:
                 split = self._splits[model] = VersionSplit(weights)
             candidates = split.choose(candidates)
             version = candidates[0].version

@@ -76,9 +76,27 @@ class ChildProcess:
                 self.proc.wait()
                 raise ChildProcessError(
                     f"{self.name} exited with code {self.proc.returncode} before it was ready\n{self.log_tail()}")
-            if line.startswith(self.ready_prefix):
-                self.ready = dict(part.split("=", 1) for part in line.split()[1:] if "=" in part)
+            if self._take_ready(line):
                 return self.ready
+
+    def poll_ready(self) -> dict[str, str] | None:
+        """The ready line's fields if the child has printed it, without waiting; None before
+        (and for a child that exited first — `alive()` tells)."""
+        while not self.ready:
+            try:
+                line = self._lines.get_nowait()
+            except queue.Empty:
+                return None
+            if line is None:
+                self._lines.put(None)          # keep the end mark for `wait_ready`
+                return None
+            self._take_ready(line)
+        return self.ready
+
+    def _take_ready(self, line: str) -> bool:
+        if line.startswith(self.ready_prefix):
+            self.ready = dict(part.split("=", 1) for part in line.split()[1:] if "=" in part)
+        return bool(self.ready)
 
     def alive(self) -> bool:
         return self.proc.poll() is None

@@ -119,18 +119,37 @@ class WatchRequest(_message.Message):
     def __init__(self, model: _Optional[str] = ...) -> None: ...
 
 class RoutingTable(_message.Message):
-    __slots__ = ("version", "instances", "controller_id", "from_leader", "generated_at")
+    __slots__ = ("version", "instances", "controller_id", "from_leader", "generated_at", "traffic")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     INSTANCES_FIELD_NUMBER: _ClassVar[int]
     CONTROLLER_ID_FIELD_NUMBER: _ClassVar[int]
     FROM_LEADER_FIELD_NUMBER: _ClassVar[int]
     GENERATED_AT_FIELD_NUMBER: _ClassVar[int]
+    TRAFFIC_FIELD_NUMBER: _ClassVar[int]
     version: int
     instances: _containers.RepeatedCompositeFieldContainer[InstanceInfo]
     controller_id: str
     from_leader: bool
     generated_at: float
-    def __init__(self, version: _Optional[int] = ..., instances: _Optional[_Iterable[_Union[InstanceInfo, _Mapping]]] = ..., controller_id: _Optional[str] = ..., from_leader: _Optional[bool] = ..., generated_at: _Optional[float] = ...) -> None: ...
+    traffic: _containers.RepeatedCompositeFieldContainer[TrafficSplit]
+    def __init__(self, version: _Optional[int] = ..., instances: _Optional[_Iterable[_Union[InstanceInfo, _Mapping]]] = ..., controller_id: _Optional[str] = ..., from_leader: _Optional[bool] = ..., generated_at: _Optional[float] = ..., traffic: _Optional[_Iterable[_Union[TrafficSplit, _Mapping]]] = ...) -> None: ...
+
+class TrafficSplit(_message.Message):
+    __slots__ = ("deployment", "model", "weights")
+    class WeightsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    WEIGHTS_FIELD_NUMBER: _ClassVar[int]
+    deployment: str
+    model: str
+    weights: _containers.ScalarMap[str, float]
+    def __init__(self, deployment: _Optional[str] = ..., model: _Optional[str] = ..., weights: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class InstanceInfo(_message.Message):
     __slots__ = ("instance_id", "address", "metrics_address", "model", "role", "device", "max_model_len", "block_size", "deployment", "version", "weight", "state", "routable", "load", "cached_block_hashes")
@@ -207,3 +226,26 @@ class DeregisterResponse(_message.Message):
     FOUND_FIELD_NUMBER: _ClassVar[int]
     found: bool
     def __init__(self, found: _Optional[bool] = ...) -> None: ...
+
+class SetTrafficRequest(_message.Message):
+    __slots__ = ("deployment", "model", "weights")
+    class WeightsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    WEIGHTS_FIELD_NUMBER: _ClassVar[int]
+    deployment: str
+    model: str
+    weights: _containers.ScalarMap[str, float]
+    def __init__(self, deployment: _Optional[str] = ..., model: _Optional[str] = ..., weights: _Optional[_Mapping[str, float]] = ...) -> None: ...
+
+class SetTrafficResponse(_message.Message):
+    __slots__ = ("version",)
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    def __init__(self, version: _Optional[int] = ...) -> None: ...

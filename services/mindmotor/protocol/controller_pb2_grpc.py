@@ -59,6 +59,11 @@ class ControllerStub:
                 request_serializer=controller__pb2.DeregisterRequest.SerializeToString,
                 response_deserializer=controller__pb2.DeregisterResponse.FromString,
                 _registered_method=True)
+        self.SetTraffic = channel.unary_unary(
+                '/mindmotor.v1.Controller/SetTraffic',
+                request_serializer=controller__pb2.SetTrafficRequest.SerializeToString,
+                response_deserializer=controller__pb2.SetTrafficResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -105,6 +110,18 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetTraffic(self, request, context):
+        """Set (or, with no weights, clear) the traffic weights between the versions of one deployment.
+        They are kept in the controller's store and sent to every coordinator in the routing table
+        (`RoutingTable.traffic`), where they override the coordinator's static `traffic` setting for
+        that model. An admin call: when the controller has an admin token, the metadata must carry
+        `authorization: Bearer <token>` (else UNAUTHENTICATED). INVALID_ARGUMENT for a missing
+        deployment or model, a negative weight, or weights that are all zero.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -132,6 +149,11 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.Deregister,
                     request_deserializer=controller__pb2.DeregisterRequest.FromString,
                     response_serializer=controller__pb2.DeregisterResponse.SerializeToString,
+            ),
+            'SetTraffic': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetTraffic,
+                    request_deserializer=controller__pb2.SetTrafficRequest.FromString,
+                    response_serializer=controller__pb2.SetTrafficResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -269,6 +291,33 @@ class Controller:
             '/mindmotor.v1.Controller/Deregister',
             controller__pb2.DeregisterRequest.SerializeToString,
             controller__pb2.DeregisterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetTraffic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mindmotor.v1.Controller/SetTraffic',
+            controller__pb2.SetTrafficRequest.SerializeToString,
+            controller__pb2.SetTrafficResponse.FromString,
             options,
             channel_credentials,
             insecure,

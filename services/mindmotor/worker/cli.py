@@ -35,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="register with this controller (or these, for failover) and heartbeat")
     ctl.add_argument("--advertise-address", default=None, metavar="HOST:PORT",
                      help="the address the controller hands to coordinators (default: host:port)")
+    ctl.add_argument("--served-model-name", default=None, metavar="NAME",
+                     help="the model name registered with the controller, which requests ask for "
+                          "(default: the checkpoint directory's name)")
     ctl.add_argument("--deployment", default="", help="deployment name (traffic splits)")
     ctl.add_argument("--version", default="", help="deployment version, e.g. a checkpoint id")
     ctl.add_argument("--weight", type=int, default=1, help="routing weight (default: %(default)s)")
@@ -87,7 +90,8 @@ def config_from_args(args: argparse.Namespace):
     return WorkerConfig(engine=engine, host=args.host, port=args.port, metrics_port=args.metrics_port,
                         worker_id=args.worker_id or default_worker_id(), drain_timeout_s=args.drain_timeout,
                         controller=args.controller, advertise_address=args.advertise_address,
-                        deployment=args.deployment, version=args.version, weight=args.weight,
+                        served_model_name=args.served_model_name, deployment=args.deployment,
+                        version=args.version, weight=args.weight,
                         role=args.role, kv_pull_timeout_s=args.kv_pull_timeout,
                         **({"node": args.node} if args.node else {}))
 

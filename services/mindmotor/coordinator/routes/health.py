@@ -9,16 +9,22 @@ router = APIRouter()
 
 
 def _instances(c) -> dict:
-    return {v.instance_id: {"model": v.model, "healthy": v.healthy, "routable": c.table.is_routable(v)}
+    return {v.instance_id: {"model": v.model, "healthy": v.healthy, "routable": c.table.is_routable(v),
+                            "deployment": v.deployment, "version": v.version}
             for v in c.table.all()}
+
+
+def _traffic(c) -> dict:
+    """model -> version -> weight, for the models whose requests are split between versions."""
+    return {name: weights for name in c.catalog.names() if (weights := c.router.traffic(name))}
 
 
 @router.get("/health")
 async def health(c: CoordinatorDep):
     """200 when at least one instance can take requests, else 503."""
     ok = c.table.has_routable()
-    return JSONResponse({"status": "ok" if ok else "no_healthy_instance", "instances": _instances(c)},
-                        status_code=200 if ok else 503)
+    return JSONResponse({"status": "ok" if ok else "no_healthy_instance", "instances": _instances(c),
+                         "traffic": _traffic(c)}, status_code=200 if ok else 503)
 
 
 @router.get("/ready")

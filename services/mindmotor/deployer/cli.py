@@ -1,0 +1,272 @@
+"""Deployer commands for `mindmotor`:
+
+    mindmotor deployer --port 50070 --controller 127.0.0.1:50050 [--backend local|kubernetes]
+        [--redis-url redis://127.0.0.1:6379/0] [--admin-token T] [--metrics-port N]
+    mindmotor deploy apply -f SPEC.yaml | get NAME | list | delete NAME
+    mindmotor deploy traffic NAME v1=90 v2=10
+    mindmotor deploy rollout NAME --version v2 --checkpoint DIR --canary 10
+    mindmotor deploy promote NAME | rollback NAME
+
+`deployer` prints `MINDMOTOR_DEPLOYER_READY port=N metrics_port=M` on stdout once it serves (with
+`--port 0` a free port is picked); logs are JSON lines on stderr; SIGTERM drains its local replicas
+and exits. `deploy` talks to it (`--deployer`, default $MINDMOTOR_DEPLOYER or 127.0.0.1:50070;
+`--admin-token`, default $MINDMOTOR_ADMIN_TOKEN); exit status 0 done, 1 refused or failed (the
+reason on stderr), 2 a spec or arguments that are wrong before anything is sent. Nothing heavy is
+imported until a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+EXIT_REFUSED, EXIT_USAGE = 1, 2
+
+
+class CommandFailed(Exception):
+    """The call went through but did not achieve what the command promises (a failed rollout)."""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    _register_deployer(subparsers)
+    _register_deploy(subparsers)
+
+
+# ---- mindmotor deployer -----------------------------------------------------------------------
+def _register_deployer(subparsers) -> None:
+    parser = subparsers.add_parser("deployer", help="run the Deployer (deployments, rollouts, traffic)",
+                                   description="Run the Deployer: deployment specs into running workers.")
+    net = parser.add_argument_group("serving")
+    net.add_argument("--host", default="0.0.0.0", help="address to listen on (default: %(default)s)")
+    net.add_argument("--port", type=int, default=50070, help="gRPC port; 0 picks a free one (default: %(default)s)")
+    net.add_argument("--metrics-port", type=int, default=0,
+                     help="Prometheus /metrics port; 0 picks a free one (default: %(default)s)")
+    net.add_argument("--admin-token", default=os.environ.get("MINDMOTOR_ADMIN_TOKEN") or None,
+                     help="bearer token every Deployer call must carry (default: $MINDMOTOR_ADMIN_TOKEN; none: open)")
+    net.add_argument("--log-level", default="INFO", help="(default: %(default)s)")
+
+    ctl = parser.add_argument_group("cluster")
+    ctl.add_argument("--controller", required=True, metavar="HOST:PORT[,HOST:PORT]",
+                     help="the controller(s) replicas register with and traffic weights go to")
+    ctl.add_argument("--controller-token", default=None,
+                     help="the controller's admin token, for SetTraffic (default: --admin-token)")
+    ctl.add_argument("--backend", choices=("local", "kubernetes"), default="local",
+                     help="where replicas run (default: %(default)s)")
+    ctl.add_argument("--redis-url", default=os.environ.get("MINDMOTOR_REDIS_URL") or None,
+                     help="keep deployments in Redis, so a restarted deployer recovers them "
+                          "(default: $MINDMOTOR_REDIS_URL; none: in memory)")
+    ctl.add_argument("--redis-prefix", default=os.environ.get("MINDMOTOR_REDIS_PREFIX") or "mindmotor:",
+                     help="prefix of every Redis key; the deployer's are under <prefix>deployer: (default: %(default)s)")
+
+    timing = parser.add_argument_group("reconcile")
+    timing.add_argument("--reconcile-interval", type=float, default=1.0,
+                        help="seconds between reconcile passes (also one after every change) (default: %(default)s)")
+    timing.add_argument("--rollout-timeout", type=float, default=120.0,
+                        help="seconds a rollout's replicas have to become ready (default: %(default)s)")
+    timing.add_argument("--drain-timeout", type=float, default=30.0,
+                        help="local replicas: seconds a draining replica gets before SIGKILL (default: %(default)s)")
+    timing.add_argument("--restart-backoff", type=float, default=0.5,
+                        help="first delay before a crashed replica is restarted; doubles per quick crash "
+                             "(default: %(default)s)")
+    timing.add_argument("--restart-backoff-max", type=float, default=30.0, help="(default: %(default)s)")
+
+    local = parser.add_argument_group("local backend")
+    local.add_argument("--log-dir", default=None, help="replica logs (default: a temporary directory)")
+    local.add_argument("--worker-host", default="127.0.0.1",
+                       help="address local replicas listen on and advertise (default: %(default)s)")
+
+    k8s = parser.add_argument_group("kubernetes backend")
+    k8s.add_argument("--k8s-namespace", default="default", help="(default: %(default)s)")
+    k8s.add_argument("--k8s-image", default="mindmotor:latest", help="worker image (default: %(default)s)")
+    k8s.add_argument("--k8s-controller", default=None,
+                     help="the controller as pods reach it (default: --controller)")
+    k8s.add_argument("--k8s-checkpoint-claim", default=None,
+                     help="PersistentVolumeClaim with the checkpoints, mounted read-only in every pod")
+    k8s.add_argument("--k8s-checkpoint-mount", default="/checkpoints", help="(default: %(default)s)")
+    k8s.add_argument("--k8s-api-server", default=None,
+                     help="API server URL, e.g. http://127.0.0.1:8001 via `kubectl proxy` (default: in-cluster)")
+    parser.set_defaults(func=run_deployer)
+
+
+def config_from_args(args: argparse.Namespace):
+    """ValueError for inconsistent values."""
+    from pathlib import Path
+
+    from .config import DeployerConfig, KubernetesSettings
+
+    return DeployerConfig(
+        controllers=args.controller, host=args.host, port=args.port, metrics_port=args.metrics_port,
+        backend=args.backend, redis_url=args.redis_url, redis_prefix=args.redis_prefix,
+        admin_token=args.admin_token, controller_token=args.controller_token,
+        reconcile_interval_s=args.reconcile_interval, rollout_timeout_s=args.rollout_timeout,
+        drain_timeout_s=args.drain_timeout, restart_initial_s=args.restart_backoff,
+        restart_max_s=args.restart_backoff_max, worker_host=args.worker_host,
+        log_dir=Path(args.log_dir) if args.log_dir else None,
+        kubernetes=KubernetesSettings(namespace=args.k8s_namespace, image=args.k8s_image,
+                                      controller=args.k8s_controller, checkpoint_claim=args.k8s_checkpoint_claim,
+                                      checkpoint_mount=args.k8s_checkpoint_mount, api_server=args.k8s_api_server))
+
+
+def run_deployer(args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+
+    from mindmotor.common.logging import setup_logging
+    from mindmotor.common.store import StoreUnavailable
+
+    # Local replicas are forked and exec'd at once (launcher.process): gRPC's fork handlers have
+    # nothing to protect there and would only print a warning line per replica on stderr.
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+    setup_logging("deployer", args.log_level)
+    log = logging.getLogger("mindmotor.deployer")
+    try:
+        config = config_from_args(args)
+        from .server import serve
+
+        return asyncio.run(serve(config))
+    except (ValueError, OSError, StoreUnavailable) as exc:    # bad flags, port in use, no Redis, no cluster
+        log.error("deployer failed", extra={"error": f"{type(exc).__name__}: {exc}"})
+        return 1
+
+
+# ---- mindmotor deploy ... ---------------------------------------------------------------------
+def _register_deploy(subparsers) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--deployer", default=os.environ.get("MINDMOTOR_DEPLOYER") or "127.0.0.1:50070",
+                        help="the deployer's gRPC address (default: $MINDMOTOR_DEPLOYER or %(default)s)")
+    common.add_argument("--admin-token", default=os.environ.get("MINDMOTOR_ADMIN_TOKEN") or None,
+                        help="(default: $MINDMOTOR_ADMIN_TOKEN)")
+    common.add_argument("--json", action="store_true", help="print the deployment(s) as JSON")
+
+    parser = subparsers.add_parser("deploy", help="apply, inspect, shift traffic of and roll out deployments",
+                                   description="Talk to the Deployer.")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    apply = actions.add_parser("apply", parents=[common], help="create or update a deployment from a spec file")
+    apply.add_argument("-f", "--file", required=True, help="the spec (YAML or JSON; see examples/deployments/)")
+    apply.set_defaults(func=cmd_apply)
+    get = actions.add_parser("get", parents=[common], help="one deployment: spec, replicas, traffic, rollout")
+    get.add_argument("name")
+    get.set_defaults(func=cmd_get)
+    actions.add_parser("list", parents=[common], help="every deployment").set_defaults(func=cmd_list)
+    delete = actions.add_parser("delete", parents=[common], help="drain and remove a deployment")
+    delete.add_argument("name")
+    delete.add_argument("--wait", type=float, default=0.0, metavar="S", help="wait up to S seconds until it is gone")
+    delete.set_defaults(func=cmd_delete)
+    traffic = actions.add_parser("traffic", parents=[common], help="set the traffic weights between versions")
+    traffic.add_argument("name")
+    traffic.add_argument("weights", nargs="+", metavar="VERSION=WEIGHT")
+    traffic.set_defaults(func=cmd_traffic)
+    rollout = actions.add_parser("rollout", parents=[common],
+                                 help="start a new version and give it a canary share once it is ready")
+    rollout.add_argument("name")
+    rollout.add_argument("--version", required=True, help="the new version's name")
+    rollout.add_argument("--checkpoint", default="", help="its checkpoint directory (default: the bundled model)")
+    rollout.add_argument("--canary", type=float, default=10.0, help="percent of the traffic (default: %(default)s)")
+    rollout.add_argument("--replicas", type=int, default=0, help="(default: as many as the version it replaces)")
+    rollout.add_argument("--previous", default="", help="the version it replaces (default: the only one)")
+    rollout.add_argument("--timeout", type=float, default=0.0,
+                         help="seconds its replicas have to become ready (default: the deployer's --rollout-timeout)")
+    rollout.add_argument("--no-wait", action="store_true", help="return once the rollout is recorded")
+    rollout.set_defaults(func=cmd_rollout)
+    promote = actions.add_parser("promote", parents=[common], help="give the canary all the traffic, remove the old")
+    promote.add_argument("name")
+    promote.set_defaults(func=cmd_promote)
+    rollback = actions.add_parser("rollback", parents=[common], help="abandon a rollout, restore the traffic")
+    rollback.add_argument("name")
+    rollback.add_argument("--reason", default="", help="stored with the rollout")
+    rollback.set_defaults(func=cmd_rollback)
+
+
+def _client(args):
+    from .client import DeployerClient
+
+    return DeployerClient(args.deployer, args.admin_token)
+
+
+def _run(args, call) -> int:
+    """Run `call(client)` and print what it returns; a refusal is a message on stderr and exit 1."""
+    import grpc
+
+    from .show import print_deployments
+
+    try:
+        with _client(args) as client:
+            result = call(client)
+    except grpc.RpcError as exc:
+        print(f"deployer {args.deployer}: {exc.code().name}: {exc.details()}", file=sys.stderr)
+        return EXIT_REFUSED
+    except (TimeoutError, CommandFailed) as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_REFUSED
+    print_deployments(result if isinstance(result, list) else [result], as_json=args.json)
+    return 0
+
+
+def cmd_apply(args) -> int:
+    from .spec import SpecError, load_spec
+
+    try:
+        spec = load_spec(args.file)
+    except SpecError as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_USAGE
+    return _run(args, lambda client: client.apply(spec))
+
+
+def cmd_get(args) -> int:
+    return _run(args, lambda client: client.get(args.name))
+
+
+def cmd_list(args) -> int:
+    return _run(args, lambda client: client.list())
+
+
+def cmd_delete(args) -> int:
+    def call(client):
+        deployment = client.delete(args.name)
+        if args.wait:
+            client.wait_gone(args.name, args.wait)
+        return deployment
+
+    return _run(args, call)
+
+
+def cmd_traffic(args) -> int:
+    weights = {}
+    for item in args.weights:
+        version, sep, weight = item.partition("=")
+        try:
+            weights[version] = float(weight)
+        except ValueError:
+            sep = ""
+        if not sep or not version:
+            print(f"traffic: expected VERSION=WEIGHT, got {item!r}", file=sys.stderr)
+            return EXIT_USAGE
+    return _run(args, lambda client: client.set_traffic(args.name, weights))
+
+
+def cmd_rollout(args) -> int:
+    from pathlib import Path
+
+    checkpoint = str(Path(args.checkpoint).expanduser().resolve()) if args.checkpoint else ""
+
+    def call(client):
+        deployment = client.rollout(args.name, args.version, checkpoint, args.canary, args.replicas, args.previous,
+                                    args.timeout)
+        if args.no_wait:
+            return deployment
+        deployment = client.wait_rollout(args.name, timeout_s=deployment.rollout.deadline - deployment.updated_at + 30)
+        if deployment.rollout.phase != "canary":
+            raise CommandFailed(f"rollout of {args.version} {deployment.rollout.phase}: {deployment.rollout.reason}")
+        return deployment
+
+    return _run(args, call)
+
+
+def cmd_promote(args) -> int:
+    return _run(args, lambda client: client.promote(args.name))
+
+
+def cmd_rollback(args) -> int:
+    return _run(args, lambda client: client.rollback(args.name, args.reason))

@@ -1,0 +1,250 @@
+"""`Deployments`: what each Deployer call means — check it against the stored state, write the new
+desired state (before anything acts on it), and poke the reconcile loop, which does the acting.
+
+Errors say what to do instead: `InvalidArgument` (a bad request: fix it), `NotFound`,
+`FailedPrecondition` (the state does not allow it now). A checkpoint is verified (in a thread: it
+hashes every file) before anything is written, so a bad one changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Callable
+
+from pydantic import ValidationError
+
+from mindmotor.model.config import CheckpointError
+
+from . import rollout
+from .records import ACTIVE_PHASES, CANARY, DeploymentRecord
+from .spec import DeploymentSpec, VersionSpec, check_traffic, describe_errors, verify_checkpoint
+from .store import DeploymentStore
+
+
+class DeployerError(Exception):
+    """A refused call; the message is for the operator."""
+
+
+class InvalidArgument(DeployerError):
+    pass
+
+
+class NotFound(DeployerError):
+    pass
+
+
+class FailedPrecondition(DeployerError):
+    pass
+
+
+class Deployments:
+    def __init__(self, store: DeploymentStore, on_change: Callable[[], None] = lambda: None,
+                 rollout_timeout_s: float = 120.0, clock: Callable[[], float] = time.time):
+        self.store = store
+        self.on_change = on_change
+        self.rollout_timeout_s = rollout_timeout_s
+        self.clock = clock
+
+    # ---- reads ------------------------------------------------------------------------------
+    async def get(self, name: str) -> DeploymentRecord:
+        record = await self.store.get(name)
+        if record is None:
+            raise NotFound(f"no deployment named {name!r}")
+        return record
+
+    async def list(self) -> list[DeploymentRecord]:
+        return await self.store.list()
+
+    # ---- Apply ------------------------------------------------------------------------------
+    async def apply(self, spec: DeploymentSpec) -> DeploymentRecord:
+        existing = await self.store.get(spec.name)
+        known = {v.name: v for v in existing.spec.versions} if existing else {}
+        spec = await self._with_verified_checkpoints(spec, skip=set(known))
+        await self._check_model_is_free(spec)
+        now = self.clock()
+        if existing is None and await self.store.create(DeploymentRecord(spec=spec, updated_at=now)):
+            self.on_change()
+            return await self.get(spec.name)
+
+        def change(record: DeploymentRecord):
+            _check_update(record, spec)
+            if record.spec != spec:
+                record.spec, record.generation, record.updated_at = spec, record.generation + 1, now
+
+        record = await self.store.update(spec.name, change)
+        if record is None:                                   # deleted meanwhile: create it again
+            return await self.apply(spec)
+        self.on_change()
+        return record
+
+    async def _with_verified_checkpoints(self, spec: DeploymentSpec, skip: set[str]) -> DeploymentSpec:
+        """The spec with every checkpoint path absolute; new versions' checkpoints verified."""
+        versions = []
+        for i, version in enumerate(spec.versions):
+            if version.name in skip:
+                checkpoint = str(Path(version.checkpoint).resolve()) if version.checkpoint else ""
+            else:
+                checkpoint = await _verified(version.checkpoint, f"versions[{i}].checkpoint")
+            versions.append(version.model_copy(update={"checkpoint": checkpoint}))
+        return spec.model_copy(update={"versions": versions})
+
+    async def _check_model_is_free(self, spec: DeploymentSpec) -> None:
+        for other in await self.store.list():
+            if other.name != spec.name and other.spec.model == spec.model and not other.deleting:
+                raise FailedPrecondition(f"deployment {other.name!r} already serves the model {spec.model!r}; "
+                                         "one deployment per served model (its versions split the traffic)")
+
+    # ---- Delete, SetTraffic -----------------------------------------------------------------
+    async def delete(self, name: str) -> DeploymentRecord:
+        now = self.clock()
+
+        def change(record: DeploymentRecord):
+            if not record.deleting:
+                record.deleting, record.generation, record.updated_at = True, record.generation + 1, now
+
+        return await self._update(name, change)
+
+    async def set_traffic(self, name: str, weights: dict[str, float]) -> DeploymentRecord:
+        now = self.clock()
+
+        def change(record: DeploymentRecord):
+            _check_not_deleting(record)
+            try:
+                check_traffic(weights, record.spec.version_names())
+            except ValueError as exc:
+                raise InvalidArgument(f"weights: {exc}") from None
+            record.spec = record.spec.model_copy(update={"traffic": dict(weights)})
+            record.generation, record.updated_at = record.generation + 1, now
+
+        return await self._update(name, change)
+
+    # ---- Rollout, Promote, Rollback ---------------------------------------------------------
+    async def rollout(self, name: str, version: str, checkpoint: str, canary: float, replicas: int = 0,
+                      previous: str = "", ready_timeout_s: float = 0.0) -> DeploymentRecord:
+        record = await self.get(name)
+        _check_not_deleting(record)
+        _check_no_rollout(record)
+        old = _previous_version(record, previous)
+        new = _new_version(record, old, version, replicas)
+        if not 0 < canary <= 100:
+            raise InvalidArgument(f"canary: a percent of the traffic in (0, 100], got {canary:g}")
+        checkpoint = await _verified(checkpoint, "checkpoint")
+        new = new.model_copy(update={"checkpoint": checkpoint})
+        timeout_s = ready_timeout_s or self.rollout_timeout_s
+        now = self.clock()
+
+        def change(current: DeploymentRecord):
+            _check_not_deleting(current)
+            _check_no_rollout(current)
+            if current.spec.version(new.name) is not None:
+                raise FailedPrecondition(f"version {new.name!r} already exists")
+            if current.spec.version(old.name) is None:
+                raise FailedPrecondition(f"version {old.name!r} is gone")
+            share = rollout.canary_share(current.spec.traffic, canary)
+            if share > current.spec.traffic.get(old.name, 0.0) + 1e-9:
+                raise FailedPrecondition(f"a canary of {canary:g}% is more traffic than {old.name} has "
+                                         f"({current.spec.traffic.get(old.name, 0.0):g} of "
+                                         f"{sum(current.spec.traffic.values()):g})")
+            rollout.begin(current, new, old.name, canary, now, timeout_s)
+
+        return await self._update(name, change)
+
+    async def promote(self, name: str) -> DeploymentRecord:
+        now = self.clock()
+
+        def change(record: DeploymentRecord):
+            _check_not_deleting(record)
+            state = record.rollout
+            if state is None or state.phase != CANARY:
+                phase = state.phase if state else "none"
+                raise FailedPrecondition(f"no rollout in the canary phase to promote (last rollout: {phase}); "
+                                         "a rollout is promoted once its replicas are ready")
+            rollout.promote(record, now)
+
+        return await self._update(name, change)
+
+    async def roll_back(self, name: str, reason: str = "") -> DeploymentRecord:
+        now = self.clock()
+
+        def change(record: DeploymentRecord):
+            _check_not_deleting(record)
+            state = record.rollout
+            if state is None or state.phase not in ACTIVE_PHASES:
+                phase = state.phase if state else "none"
+                raise FailedPrecondition(f"no rollout in progress to roll back (last rollout: {phase}); after a "
+                                         "promote, roll out the previous checkpoint as a new version")
+            rollout.roll_back(record, reason or "rolled back by the operator", now)
+
+        return await self._update(name, change)
+
+    async def _update(self, name: str, change: Callable[[DeploymentRecord], object]) -> DeploymentRecord:
+        record = await self.store.update(name, change)
+        if record is None:
+            raise NotFound(f"no deployment named {name!r}")
+        self.on_change()
+        return record
+
+
+# ---- checks ---------------------------------------------------------------------------------
+
+async def _verified(checkpoint: str, field: str) -> str:
+    try:
+        directory = await asyncio.to_thread(verify_checkpoint, checkpoint)
+    except CheckpointError as exc:
+        raise InvalidArgument(f"{field}: {exc}") from None
+    return str(directory) if checkpoint else ""
+
+
+def _check_update(record: DeploymentRecord, spec: DeploymentSpec) -> None:
+    _check_not_deleting(record)
+    _check_no_rollout(record)
+    if record.spec.model != spec.model:
+        raise FailedPrecondition(f"model: the deployment serves {record.spec.model!r}; the served model name "
+                                 "cannot change (delete the deployment and apply it again)")
+    for version in spec.versions:
+        current = record.spec.version(version.name)
+        if current is not None and current.template() != version.template():
+            changed = sorted(k for k, v in version.template().items() if current.template()[k] != v)
+            raise FailedPrecondition(f"version {version.name!r} exists with other {', '.join(changed)}; a version "
+                                     "cannot change (only its replicas): roll out a new version instead")
+
+
+def _check_not_deleting(record: DeploymentRecord) -> None:
+    if record.deleting:
+        raise FailedPrecondition(f"deployment {record.name!r} is being deleted; wait until it is gone")
+
+
+def _check_no_rollout(record: DeploymentRecord) -> None:
+    if record.rollout is not None and record.rollout.active:
+        raise FailedPrecondition(f"the rollout of {record.rollout.version!r} is in progress "
+                                 f"({record.rollout.phase}); promote or roll it back first")
+
+
+def _previous_version(record: DeploymentRecord, previous: str) -> VersionSpec:
+    if previous:
+        version = record.spec.version(previous)
+        if version is None:
+            raise InvalidArgument(f"previous: no version {previous!r} (versions: {', '.join(record.spec.version_names())})")
+        return version
+    if len(record.spec.versions) != 1:
+        raise InvalidArgument(f"previous: the deployment has versions {', '.join(record.spec.version_names())}; "
+                              "name the one the new version replaces")
+    return record.spec.versions[0]
+
+
+def _new_version(record: DeploymentRecord, old: VersionSpec, name: str, replicas: int) -> VersionSpec:
+    """The new version: the previous one's replicas, roles, worker settings and resources, unless given."""
+    if record.spec.version(name) is not None:
+        raise FailedPrecondition(f"version {name!r} already exists; a rollout starts a new version")
+    count = replicas or old.replicas
+    if count < 1:
+        raise InvalidArgument(f"replicas: a rollout needs at least one replica ({old.name} has none; give replicas)")
+    fields = {**old.model_dump(mode="json"), "name": name, "replicas": count}
+    if old.prefill + old.decode > count:
+        fields.update(prefill=0, decode=0)
+    try:
+        return VersionSpec.model_validate(fields)
+    except ValidationError as exc:
+        raise InvalidArgument(f"invalid new version:\n{describe_errors(exc)}") from None

@@ -1,0 +1,262 @@
+"""`Reconciler`: the loop that makes what runs match what the store says should run.
+
+Every pass (each `interval_s`, and at once after `poke()` — an API change, a new routing table):
+
+1. read every `DeploymentRecord` from the store and every replica from the backend;
+2. move a rollout on: all new replicas ready in the controller → canary traffic; its deadline
+   passed → failed and rolled back, with the reason (written to the store before anything else);
+3. push the deployment's traffic weights to the controller when the routing table shows others;
+4. per version: `scale` when the replica slots differ from the desired count (start missing ones,
+   drain surplus ones), `restart` crashed replicas whose backoff has passed; `remove` versions
+   that left the spec; replicas of deployments no record names are removed too;
+5. forget a deleted deployment once nothing of it runs and its traffic entry is gone;
+6. publish the status (per version: desired, running, ready, restarts, weight) and the metrics.
+
+Idempotent: a pass that finds everything as it should be does nothing. Every action is logged with
+its deployment and version and counted in `mindmotor_deployer_reconcile_actions_total`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable
+
+from mindmotor.common.store import StoreUnavailable
+
+from . import rollout
+from .backends.base import CRASHED, STOPPING, Backend, Replica, VersionTarget
+from .backoff import RestartBackoff
+from .controller_link import ControllerLink, TrafficRefused
+from .metrics import DeployerMetrics
+from .records import STARTING, DeploymentRecord
+from .store import REMOVE, DeploymentStore
+
+log = logging.getLogger("mindmotor.deployer")
+
+REPUSH_S = 2.0          # weights the table does not show yet are pushed again after this
+
+
+@dataclass(frozen=True)
+class VersionStatus:
+    version: str
+    desired: int
+    running: int
+    ready: int
+    restarts: int
+    weight: float
+    last_failure: str
+
+
+class Reconciler:
+    def __init__(self, deployments: DeploymentStore, backend: Backend, controller: ControllerLink,
+                 metrics: DeployerMetrics, interval_s: float = 1.0, backoff: RestartBackoff = RestartBackoff(),
+                 clock: Callable[[], float] = time.time):
+        self.deployments = deployments
+        self.backend = backend
+        self.controller = controller
+        self.metrics = metrics
+        self.interval_s = interval_s
+        self.backoff = backoff
+        self.clock = clock
+        self.status: dict[str, list[VersionStatus]] = {}     # deployment -> versions, as last seen
+        self.passes = 0
+        self._restarts: Counter[tuple[str, str]] = Counter()
+        self._last_failure: dict[tuple[str, str], str] = {}
+        self._pushed: dict[str, tuple[str, dict[str, float], float]] = {}   # name -> (model, weights, when)
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+
+    # ---- the loop ---------------------------------------------------------------------------
+    def poke(self) -> None:
+        """Something changed: run a pass soon."""
+        self._wake.set()
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="deployer-reconcile")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            self._wake.clear()
+            try:
+                with self.metrics.passes.time():
+                    await self.reconcile_once()
+            except StoreUnavailable as exc:
+                self.metrics.errors.labels("store").inc()
+                log.warning("reconcile pass skipped: store unreachable", extra={"error": str(exc)})
+            except Exception:  # noqa: BLE001 — one bad pass must not end the loop
+                self.metrics.errors.labels("error").inc()
+                log.exception("reconcile pass failed")
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=self.interval_s)
+            except asyncio.TimeoutError:
+                pass
+
+    async def reconcile_once(self) -> None:
+        records = await self.deployments.list()
+        replicas = await self.backend.observe()
+        now = self.clock()
+        for record in records:
+            record = await self._advance_rollout(record, replicas, now)
+            if record is None:
+                continue
+            await self._sync_traffic(record, now)
+            await self._converge(record, replicas, now)
+        await self._remove_orphans({r.name for r in records}, replicas)
+        await self._forget_deleted(records, replicas)
+        self._publish(records, replicas)
+        self.passes += 1
+
+    # ---- 2. rollouts ------------------------------------------------------------------------
+    async def _advance_rollout(self, record: DeploymentRecord, replicas: list[Replica],
+                               now: float) -> DeploymentRecord | None:
+        state = record.rollout
+        if state is None or state.phase != STARTING or record.deleting:
+            return record
+        version = record.spec.version(state.version)
+        wanted = version.replicas if version else 0
+        ready = self.controller.ready(record.name, state.version)
+        if ready >= wanted:
+            action, change = "rollout_ready", lambda r: rollout.ready(r, now)
+        elif now > state.deadline:
+            reason = self._not_ready_reason(record.name, state.version, ready, wanted, replicas, now - state.started_at)
+            action, change = "rollout_failed", lambda r: rollout.roll_back(r, reason, now, failed=True)
+        else:
+            return record
+
+        def apply(current: DeploymentRecord):
+            same = current.rollout is not None and current.rollout.phase == STARTING \
+                and current.rollout.version == state.version
+            if same:
+                change(current)
+
+        updated = await self.deployments.update(record.name, apply)
+        if updated is not None and updated.rollout is not None and updated.rollout.phase != STARTING:
+            self._count(record.name, state.version, action)
+            log_fn = log.warning if action == "rollout_failed" else log.info
+            log_fn(f"rollout {updated.rollout.phase}", extra={
+                "deployment": record.name, "version": state.version, "previous": state.previous,
+                "reason": updated.rollout.reason, "traffic": updated.spec.traffic})
+        return updated
+
+    def _not_ready_reason(self, deployment: str, version: str, ready: int, wanted: int,
+                          replicas: list[Replica], waited_s: float) -> str:
+        reason = f"{ready} of {wanted} replica(s) of {version} ready in the controller after {waited_s:.0f} s"
+        crashed = [r for r in replicas if r.key == (deployment, version) and r.phase == CRASHED]
+        restarts = self._restarts[(deployment, version)]
+        if crashed or restarts:
+            reason += f"; {restarts} restart(s)"
+            last = _describe_failure(crashed[-1]) if crashed else self._last_failure[(deployment, version)]
+            reason += f"; last failure: {last}"
+        return reason + "; rolled back"
+
+    # ---- 3. traffic -------------------------------------------------------------------------
+    async def _sync_traffic(self, record: DeploymentRecord, now: float) -> None:
+        if not self.controller.connected:
+            return
+        desired = record.desired_traffic()
+        held = self.controller.traffic(record.name)
+        if (held is None and not desired) or held == (record.spec.model, desired):
+            self._pushed.pop(record.name, None)
+            return
+        pushed = self._pushed.get(record.name)
+        if pushed is not None and pushed[:2] == (record.spec.model, desired) and now - pushed[2] < REPUSH_S:
+            return                                 # pushed (or tried) a moment ago: the table may lag
+        self._pushed[record.name] = (record.spec.model, desired, now)
+        try:
+            version = await self.controller.set_traffic(record.name, record.spec.model, desired)
+        except TrafficRefused as exc:
+            self.metrics.errors.labels("traffic").inc()
+            log.warning("traffic not pushed; trying again shortly", extra={
+                "deployment": record.name, "error": str(exc), "retry_s": REPUSH_S})
+            return
+        self._count(record.name, "", "traffic")
+        log.info("traffic pushed to the controller", extra={
+            "deployment": record.name, "model": record.spec.model, "weights": desired, "routing_version": version})
+
+    # ---- 4. replicas ------------------------------------------------------------------------
+    async def _converge(self, record: DeploymentRecord, replicas: list[Replica], now: float) -> None:
+        targets = record.targets()
+        for name, wanted in targets.items():
+            target = VersionTarget(record.spec, record.spec.version(name))
+            mine = [r for r in replicas if r.key == (record.name, name) and r.phase != STOPPING]
+            slots = {r.slot for r in mine}
+            if slots != set(range(wanted)):
+                await self.backend.scale(target, wanted)
+                self._count(record.name, name, "scale")
+                log.info("scaling", extra={"deployment": record.name, "version": name, "from": len(slots),
+                                           "to": wanted})
+            for replica in mine:
+                if replica.phase == CRASHED and replica.slot < wanted and self.backoff.due(replica, now):
+                    await self._restart(replica, target)
+        for name in sorted({r.version for r in replicas if r.deployment == record.name} - set(targets)):
+            await self._remove(record.name, name, replicas)
+
+    async def _restart(self, replica: Replica, target: VersionTarget) -> None:
+        key = replica.key
+        self._restarts[key] += 1
+        self._last_failure[key] = _describe_failure(replica)
+        await self.backend.restart(replica, target)
+        self._count(*key, "restart")
+        self.metrics.restarts.labels(*key).inc()
+        log.info("restarting a crashed replica", extra={
+            "deployment": key[0], "version": key[1], "slot": replica.slot, "exit_code": replica.exit_code,
+            "failures": replica.failures, "backoff_s": self.backoff.delay(replica.failures)})
+
+    async def _remove(self, deployment: str, version: str, replicas: list[Replica]) -> None:
+        if any(r.key == (deployment, version) and r.phase != STOPPING for r in replicas):
+            await self.backend.remove(deployment, version)
+            self._count(deployment, version, "remove")
+            log.info("removing a version", extra={"deployment": deployment, "version": version})
+
+    async def _remove_orphans(self, names: set[str], replicas: list[Replica]) -> None:
+        for deployment, version in sorted({r.key for r in replicas if r.deployment not in names}):
+            await self._remove(deployment, version, replicas)
+
+    # ---- 5. deletions -----------------------------------------------------------------------
+    async def _forget_deleted(self, records: list[DeploymentRecord], replicas: list[Replica]) -> None:
+        for record in records:
+            if not record.deleting or any(r.deployment == record.name for r in replicas):
+                continue
+            if not self.controller.connected or self.controller.traffic(record.name) is not None:
+                continue                                   # the traffic entry must be gone first
+            await self.deployments.update(record.name, lambda r: REMOVE if r.deleting else None)
+            self._count(record.name, "", "forget")
+            log.info("deployment deleted", extra={"deployment": record.name})
+
+    # ---- 6. status --------------------------------------------------------------------------
+    def _publish(self, records: list[DeploymentRecord], replicas: list[Replica]) -> None:
+        status: dict[str, list[VersionStatus]] = {}
+        for record in records:
+            targets = record.targets()
+            running = {r.version for r in replicas if r.deployment == record.name}
+            rows = []
+            for name in [*targets, *sorted(running - set(targets))]:
+                key = (record.name, name)
+                alive = sum(1 for r in replicas if r.key == key and r.phase not in (CRASHED, STOPPING))
+                rows.append(VersionStatus(
+                    version=name, desired=targets.get(name, 0), running=alive,
+                    ready=self.controller.ready(*key), restarts=self._restarts[key],
+                    weight=record.desired_traffic().get(name, 0.0), last_failure=self._last_failure.get(key, "")))
+            status[record.name] = rows
+        self.status = status
+        self.metrics.set_versions([(d, v.version, v.desired, v.running, v.ready, v.weight)
+                                   for d, rows in status.items() for v in rows])
+        self.metrics.set_rollouts({r.name: r.rollout.phase for r in records if r.rollout is not None})
+
+    def _count(self, deployment: str, version: str, action: str) -> None:
+        self.metrics.actions.labels(deployment, version, action).inc()
+
+
+def _describe_failure(replica: Replica) -> str:
+    where = f", log {replica.log}" if replica.log else ""
+    return f"slot {replica.slot} exited with code {replica.exit_code}{where}"

@@ -1,0 +1,50 @@
+"""How `mindmotor deploy` prints deployments: a short block per deployment, or JSON.
+
+    demo  model=mindmotor-demo  generation=4
+      VERSION  DESIRED  RUNNING  READY  TRAFFIC  RESTARTS  CHECKPOINT
+      v1             2        2      2      90%         0  /ckpt/step-400
+      v2             2        2      2      10%         0  /ckpt/step-800
+      rollout v2 (replacing v1): canary — v2 is ready and takes 10% of the traffic
+"""
+
+from __future__ import annotations
+
+import json
+
+from google.protobuf.json_format import MessageToDict
+
+from mindmotor.protocol import deployer_pb2 as pb
+
+HEADER = ("VERSION", "DESIRED", "RUNNING", "READY", "TRAFFIC", "RESTARTS", "CHECKPOINT")
+
+
+def print_deployments(deployments: list[pb.Deployment], as_json: bool = False) -> None:
+    if as_json:
+        data = [MessageToDict(d, preserving_proto_field_name=True) for d in deployments]
+        print(json.dumps(data if len(data) != 1 else data[0], indent=2, sort_keys=True))
+        return
+    if not deployments:
+        print("no deployments")
+    for deployment in deployments:
+        print(describe(deployment))
+
+
+def describe(deployment: pb.Deployment) -> str:
+    spec = deployment.spec
+    title = f"{spec.name}  model={spec.model}  generation={deployment.generation}"
+    lines = [title + ("  (deleting)" if deployment.deleting else "")]
+    checkpoints = {v.name: v.checkpoint or "(bundled)" for v in spec.versions}
+    total = sum(v.weight for v in deployment.versions) or 1.0
+    rows = [HEADER] + [(v.version, v.desired, v.running, v.ready, f"{100 * v.weight / total:.4g}%", v.restarts,
+                        checkpoints.get(v.version, "(removed, draining)")) for v in deployment.versions]
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(HEADER))]
+    for row in rows:
+        cells = [str(c).ljust(w) if i in (0, 6) else str(c).rjust(w) for i, (c, w) in enumerate(zip(row, widths))]
+        lines.append("  " + "  ".join(cells).rstrip())
+    for status in deployment.versions:
+        if status.last_failure:
+            lines.append(f"  {status.version} last failure: {status.last_failure}")
+    if deployment.HasField("rollout"):
+        r = deployment.rollout
+        lines.append(f"  rollout {r.version} (replacing {r.previous}): {r.phase} — {r.reason}")
+    return "\n".join(lines)

@@ -1,0 +1,116 @@
+"""The deployer as a service and a command: the admin token, the status codes, `mindmotor deploy`
+and its exit statuses, SIGTERM. Specs here have no replicas unless a test needs them, so no worker
+starts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from mindmotor.common.waiting import wait_until
+
+from .conftest import replica_pids
+
+TOKEN = "deployer-admin-token"
+
+
+def deploy(deployer, *args: str, token: str | None = TOKEN) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "mindmotor.cli", "deploy", *args, "--deployer", f"127.0.0.1:{deployer.ready['port']}"]
+    if token:
+        cmd += ["--admin-token", token]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+
+
+def test_the_admin_token_is_required_except_for_health(cluster):
+    cluster.start_controller()
+    deployer = cluster.start_deployer("--admin-token", TOKEN)
+    spec = cluster.spec({"name": "v1", "replicas": 0})
+
+    for token in (None, "wrong"):
+        with pytest.raises(grpc.RpcError) as refused:
+            cluster.client(deployer, admin_token=token).apply(spec)
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert cluster.client(deployer, admin_token=TOKEN).apply(spec).spec.name == cluster.deployment
+
+    with grpc.insecure_channel(f"127.0.0.1:{deployer.ready['port']}") as channel:
+        health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service="mindmotor.v1.Deployer"))
+    assert health.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_status_codes(cluster, tmp_path):
+    cluster.start_controller()
+    client = cluster.client(cluster.start_deployer())
+    client.apply(cluster.spec({"name": "v1", "replicas": 0}))
+
+    def code_of(call) -> tuple[grpc.StatusCode, str]:
+        with pytest.raises(grpc.RpcError) as refused:
+            call()
+        return refused.value.code(), refused.value.details()
+
+    assert code_of(lambda: client.get("nope"))[0] == grpc.StatusCode.NOT_FOUND
+    assert code_of(lambda: client.set_traffic(cluster.deployment, {"v9": 1})) == \
+        (grpc.StatusCode.INVALID_ARGUMENT, "weights: names unknown versions v9 (versions: v1)")
+    code, message = code_of(lambda: client.apply(cluster.spec({"name": "v1", "replicas": 0, "worker": {"timing": "realtime"}})))
+    assert code == grpc.StatusCode.FAILED_PRECONDITION and "version 'v1' exists with other worker" in message
+    assert code_of(lambda: client.promote(cluster.deployment)) == \
+        (grpc.StatusCode.FAILED_PRECONDITION, "no rollout in the canary phase to promote (last rollout: none); "
+                                              "a rollout is promoted once its replicas are ready")
+    code, message = code_of(lambda: client.rollout(cluster.deployment, "v2", canary=10))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "v1 has none" in message
+    code, message = code_of(lambda: client.apply(cluster.spec({"name": "v1", "checkpoint": str(tmp_path / "none")})
+                                                 .model_copy(update={"name": "other"})))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "versions[0].checkpoint" in message
+
+
+def test_the_deploy_command(cluster, tmp_path):
+    cluster.start_controller()
+    deployer = cluster.start_deployer("--admin-token", TOKEN)
+    name = cluster.deployment
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"name: {name}\nmodel: {cluster.model}\nversions:\n"
+                    f"  - {{name: v1, replicas: 0, checkpoint: {cluster.model_dir}}}\n"
+                    f"  - {{name: v2, replicas: 0, checkpoint: {cluster.model_dir}}}\n"
+                    "traffic: {v1: 3, v2: 1}\n")
+
+    applied = deploy(deployer, "apply", "-f", str(spec))
+    assert applied.returncode == 0, applied.stderr
+    assert f"{name}  model={cluster.model}  generation=1" in applied.stdout and "75%" in applied.stdout
+
+    shifted = deploy(deployer, "traffic", name, "v1=1", "v2=1", "--json")
+    assert shifted.returncode == 0 and json.loads(shifted.stdout)["spec"]["traffic"] == {"v1": 1.0, "v2": 1.0}
+    listed = deploy(deployer, "list", "--json")
+    assert listed.returncode == 0 and json.loads(listed.stdout)["spec"]["name"] == name
+
+    refused = deploy(deployer, "traffic", name, "v3=1")
+    assert refused.returncode == 1 and "INVALID_ARGUMENT: weights: names unknown versions v3" in refused.stderr
+    assert deploy(deployer, "traffic", name, "v1:1").returncode == 2
+    unauthenticated = deploy(deployer, "get", name, token=None)
+    assert unauthenticated.returncode == 1 and "UNAUTHENTICATED" in unauthenticated.stderr
+
+    spec.write_text(f"name: {name}\nmodel: {cluster.model}\nversions:\n  - {{name: v1, replicas: -1, size: 3}}\n")
+    invalid = deploy(deployer, "apply", "-f", str(spec))
+    assert invalid.returncode == 2
+    assert "versions[0].replicas: Input should be greater than or equal to 0 (got -1)" in invalid.stderr
+    assert "versions[0].size: unknown field" in invalid.stderr
+
+    deleted = deploy(deployer, "delete", name, "--wait", "20")
+    assert deleted.returncode == 0 and "(deleting)" in deleted.stdout
+    gone = deploy(deployer, "get", name)
+    assert gone.returncode == 1 and "NOT_FOUND" in gone.stderr
+
+
+def test_sigterm_drains_the_replicas_and_exits(cluster):
+    cluster.start_controller()
+    deployer = cluster.start_deployer()
+    cluster.client(deployer).apply(cluster.spec({"name": "v1", "replicas": 1}))
+    cluster.wait_ready("v1", 1)
+
+    assert deployer.stop(timeout_s=20) == 0
+    assert replica_pids(cluster.deployment) == {}
+    wait_until(lambda: not cluster.instances(), what="the replica to deregister")
+    assert '"deployer stopped"' in deployer.log_path.read_text()
