@@ -42,11 +42,14 @@ HOST_BOUND_SHARE = 0.05          # host lag above 5% of the emulated busy time: 
 
 
 def host_checkpoint(seed: int) -> str:
-    """A tiny random-weight Llama with room for 2,200 + 220 tokens (cheap numpy steps)."""
+    """A tiny random-weight Llama with room for 2,200 + 220 tokens, as cheap on the host as it can
+    be: a 2,000-token prefill costs O(heads x layers x T^2) element-wise softmax work in numpy, so
+    one layer with two query heads (one KV head) keeps it well under the emulated 0.14 s."""
     from mindmotor.model.testing import write_tiny_checkpoint
 
     directory = Path(tempfile.mkdtemp(prefix="mindmotor-pd-rt-")) / "tiny-host-model"
-    write_tiny_checkpoint(directory, seed=seed, vocab_size=512, max_position_embeddings=4096)
+    write_tiny_checkpoint(directory, seed=seed, vocab_size=512, max_position_embeddings=4096,
+                          num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
     return str(directory)
 
 
