@@ -356,7 +356,7 @@ def _collected(registry, service: str, skip: set[str]) -> list[Family]:
 
 
 def registered_metrics() -> dict[str, Family]:
-    """Every metric family the coordinator, controller, workers and trainer register, by name;
+    """Every metric family the coordinator, controller, workers, deployer and trainer register, by name;
     built from the services' own metric classes (a worker's scrape-time collector is run against
     a stand-in engine)."""
     from mindmotor.controller.metrics import ControllerMetrics
@@ -372,6 +372,8 @@ def registered_metrics() -> dict[str, Family]:
     wrapped = _wrapped(worker, "worker")
     families += wrapped
     families += _collected(worker.registry, "worker", {f.name for f in wrapped})
+    from mindmotor.deployer.metrics import DeployerMetrics
+    families += _wrapped(DeployerMetrics(), "deployer")
     from mindmotor.trainer import metrics as trainer_metrics
     families += _wrapped(SimpleNamespace(**{k: v for k, v in vars(trainer_metrics).items()}), "trainer")
     by_name: dict[str, Family] = {}

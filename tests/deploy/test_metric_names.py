@@ -31,7 +31,7 @@ def check_query(where: str, expr: str, legend: str = "") -> None:
 
 def test_the_catalogue_sees_every_service():
     services = {f.service for f in FAMILIES.values()}
-    assert services == {"coordinator", "controller", "worker", "trainer"}
+    assert services == {"coordinator", "controller", "worker", "deployer", "trainer"}
     # the suffix rules: counters are stored with _total, histograms as _bucket/_sum/_count
     assert "mindmotor_coordinator_requests_total" in SAMPLES and "mindmotor_coordinator_requests" not in SAMPLES
     assert "mindmotor_num_preemptions_total" in SAMPLES              # a scrape-time counter family
