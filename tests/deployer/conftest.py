@@ -4,7 +4,7 @@ command line, checkpoints for every verification outcome, a Redis prefix per tes
 
 Everything is stopped at teardown, and the test fails if a replica it started outlives it. Short
 timings everywhere: controller heartbeats every 0.2 s, a reconcile pass every 0.2 s, restarts
-after 0.2 s (doubling).
+after 0.2 s (doubling), a 0.5 s owner lease.
 """
 
 from __future__ import annotations
@@ -29,8 +29,20 @@ REDIS_URL = os.environ.get("MINDMOTOR_TEST_REDIS_URL", "redis://127.0.0.1:6379/0
 FAST_CONTROLLER = ["--heartbeat-interval", "0.2", "--suspect-misses", "3", "--dead-after", "1.5",
                    "--lease-ttl", "1"]
 FAST_DEPLOYER = ["--reconcile-interval", "0.2", "--restart-backoff", "0.2", "--restart-backoff-max", "1",
-                 "--drain-timeout", "5"]
+                 "--drain-timeout", "5", "--lease-ttl", "0.5"]
 START_S = 30.0
+
+
+def owned_get(client: DeployerClient, name: str):
+    """`Get` once this deployer owns the deployments (a standby answers UNAVAILABLE), else None."""
+    import grpc
+
+    try:
+        return client.get(name)
+    except grpc.RpcError as exc:
+        if exc.code() != grpc.StatusCode.UNAVAILABLE:
+            raise
+        return None
 
 
 def replica_pids(deployment: str) -> dict[str, int]:

@@ -12,7 +12,7 @@ import pytest
 
 from mindmotor.common.waiting import wait_until
 
-from .conftest import replica_pids
+from .conftest import owned_get, replica_pids
 
 
 def test_apply_starts_replicas_that_register_with_their_deployment_and_version(cluster):
@@ -96,7 +96,9 @@ def test_a_restarted_deployer_recovers_its_deployments_from_redis(cluster, redis
     second = cluster.start_deployer(redis_prefix=redis_prefix)
     client = cluster.client(second)
 
-    recovered = client.get(cluster.deployment)
+    # the dead deployer's owner lease runs out first (two lease periods at most)
+    recovered = wait_until(lambda: owned_get(client, cluster.deployment), timeout=10,
+                           what="the new deployer to own the deployments")
     assert recovered.spec == applied.spec and recovered.generation == applied.generation
     wait_until(lambda: len(pids := replica_pids(cluster.deployment)) == 1 and pids != old_pids,
                what="the replica to be started again by the new deployer")

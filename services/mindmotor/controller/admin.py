@@ -26,7 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from mindmotor.common.store import StoreUnavailable
 
 from .config import ControllerConfig
-from .leader import LeaderElector
+from mindmotor.common.leader import LeaderElector
 from .metrics import ControllerMetrics
 from .registry import Registry
 

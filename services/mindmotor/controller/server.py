@@ -24,7 +24,7 @@ from mindmotor.protocol import controller_pb2, controller_pb2_grpc
 
 from .admin import create_admin_app
 from .config import ControllerConfig, ready_line
-from .leader import LeaderElector
+from mindmotor.common.leader import LeaderElector
 from .metrics import ControllerMetrics
 from .pd_autoscaler import PDAutoscaler
 from .registry import Registry
@@ -34,6 +34,8 @@ from .sweeper import HealthSweeper
 from .traffic import TrafficTable
 
 log = logging.getLogger("mindmotor.controller")
+
+LEASE_NAME = "controller:leader"      # the store lease the leading controller holds
 
 CONTROLLER_SERVICE_NAME = controller_pb2.DESCRIPTOR.services_by_name["Controller"].full_name
 STOP_GRACE_S = 0.5
@@ -48,7 +50,7 @@ class ControllerServer:
         self.metrics = ControllerMetrics(config.controller_id)
         self.registry = Registry(self.store)
         self.traffic = TrafficTable(self.store, self.registry)
-        self.elector = LeaderElector(self.store, config.controller_id, config.lease_ttl_s,
+        self.elector = LeaderElector(self.store, config.controller_id, config.lease_ttl_s, LEASE_NAME,
                                      on_change=self._leadership_changed)
         self.broadcaster = RoutingTableBroadcaster(self.registry, config.controller_id,
                                                    lambda: self.elector.is_leader, config.heartbeat_interval_s,

@@ -14,7 +14,7 @@ from mindmotor.protocol import controller_pb2, controller_pb2_grpc
 
 from . import states
 from .config import ControllerConfig
-from .leader import LeaderElector
+from mindmotor.common.leader import LeaderElector
 from .metrics import ControllerMetrics
 from .records import validate_register
 from .registry import Registry

@@ -12,7 +12,7 @@ from mindmotor.common.store import StoreUnavailable
 
 from . import states
 from .config import ControllerConfig
-from .leader import LeaderElector
+from mindmotor.common.leader import LeaderElector
 from .pd_autoscaler import PDAutoscaler
 from .registry import DELETE, Registry
 

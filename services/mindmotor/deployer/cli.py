@@ -70,6 +70,11 @@ def _register_deployer(subparsers) -> None:
                         help="first delay before a crashed replica is restarted; doubles per quick crash "
                              "(default: %(default)s)")
     timing.add_argument("--restart-backoff-max", type=float, default=30.0, help="(default: %(default)s)")
+    timing.add_argument("--lease-ttl", type=float, default=2.0,
+                        help="seconds of the owner lease: of several deployers sharing one Redis prefix, the "
+                             "holder acts and the others stand by, taking over within two periods "
+                             "(default: %(default)s)")
+    timing.add_argument("--deployer-id", default=None, help="the lease holder's name (default: host-pid-random)")
 
     local = parser.add_argument_group("local backend")
     local.add_argument("--log-dir", default=None, help="replica logs (default: a temporary directory)")
@@ -101,7 +106,8 @@ def config_from_args(args: argparse.Namespace):
         admin_token=args.admin_token, controller_token=args.controller_token,
         reconcile_interval_s=args.reconcile_interval, rollout_timeout_s=args.rollout_timeout,
         drain_timeout_s=args.drain_timeout, restart_initial_s=args.restart_backoff,
-        restart_max_s=args.restart_backoff_max, worker_host=args.worker_host,
+        restart_max_s=args.restart_backoff_max, lease_ttl_s=args.lease_ttl, worker_host=args.worker_host,
+        **({"deployer_id": args.deployer_id} if args.deployer_id else {}),
         log_dir=Path(args.log_dir) if args.log_dir else None,
         kubernetes=KubernetesSettings(namespace=args.k8s_namespace, image=args.k8s_image,
                                       controller=args.k8s_controller, checkpoint_claim=args.k8s_checkpoint_claim,

@@ -3,12 +3,16 @@ runs them, where its state lives, and its timings."""
 
 from __future__ import annotations
 
+import os
+import socket
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mindmotor.common.store import DEFAULT_PREFIX
 
 READY_PREFIX = "MINDMOTOR_DEPLOYER_READY"
+OWNER_LEASE = "owner"          # under the store prefix: the deployer that acts on its deployments
 BACKENDS = ("local", "kubernetes")
 
 
@@ -22,6 +26,10 @@ class KubernetesSettings:
     checkpoint_claim: str | None = None    # a PersistentVolumeClaim mounted read-only at checkpoint_mount
     checkpoint_mount: str = "/checkpoints"
     api_server: str | None = None          # default: the in-cluster API (KUBERNETES_SERVICE_HOST)
+
+
+def default_deployer_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
 @dataclass(frozen=True)
@@ -40,6 +48,8 @@ class DeployerConfig:
     drain_timeout_s: float = 30.0          # local replicas: SIGTERM, then SIGKILL after this (+5 s)
     restart_initial_s: float = 0.5         # crashed replicas: first restart delay, doubling ...
     restart_max_s: float = 30.0            # ... up to this
+    lease_ttl_s: float = 2.0               # the owner lease; a standby takes over within 2 × this
+    deployer_id: str = field(default_factory=default_deployer_id)   # the lease holder's name
     worker_host: str = "127.0.0.1"         # local replicas listen (and are reached) here
     log_dir: Path | None = None            # local replicas' logs; None: a temporary directory
     kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
@@ -50,7 +60,7 @@ class DeployerConfig:
                 raise ValueError(f"{name} must be in [0, 65535], got {getattr(self, name)}")
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
-        for name in ("reconcile_interval_s", "rollout_timeout_s", "restart_initial_s", "restart_max_s"):
+        for name in ("reconcile_interval_s", "rollout_timeout_s", "restart_initial_s", "restart_max_s", "lease_ttl_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.drain_timeout_s < 0:

@@ -29,6 +29,8 @@ class DeployerMetrics:
         self.passes = Histogram(p + "reconcile_duration_seconds", "Time of one reconcile pass",
                                 buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5), registry=r)
         self.errors = Counter(p + "reconcile_errors", "Reconcile passes that failed", ["reason"], registry=r)
+        self.owner = Gauge(p + "owner", "1 while this deployer holds the owner lease (acts), 0 on standby",
+                           registry=r)
 
     def set_versions(self, rows: list[tuple[str, str, int, int, int, float]]) -> None:
         """(deployment, version, desired, actual, ready, weight) for every version there is."""

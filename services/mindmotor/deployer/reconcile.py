@@ -1,6 +1,7 @@
 """`Reconciler`: the loop that makes what runs match what the store says should run.
 
-Every pass (each `interval_s`, and at once after `poke()` — an API change, a new routing table):
+Every pass (each `interval_s`, and at once after `poke()` — an API change, a new routing table;
+only while this deployer holds the owner lease, when several share one store):
 
 1. read every `DeploymentRecord` from the store and every replica from the backend;
 2. move a rollout on: all new replicas ready in the controller → canary traffic; its deadline
@@ -54,8 +55,9 @@ class VersionStatus:
 class Reconciler:
     def __init__(self, deployments: DeploymentStore, backend: Backend, controller: ControllerLink,
                  metrics: DeployerMetrics, interval_s: float = 1.0, backoff: RestartBackoff = RestartBackoff(),
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, active: Callable[[], bool] = lambda: True):
         self.deployments = deployments
+        self.active = active              # False: a standby deployer (another one holds the owner lease)
         self.backend = backend
         self.controller = controller
         self.metrics = metrics
@@ -88,8 +90,9 @@ class Reconciler:
         while True:
             self._wake.clear()
             try:
-                with self.metrics.passes.time():
-                    await self.reconcile_once()
+                if self.active():
+                    with self.metrics.passes.time():
+                        await self.reconcile_once()
             except StoreUnavailable as exc:
                 self.metrics.errors.labels("store").inc()
                 log.warning("reconcile pass skipped: store unreachable", extra={"error": str(exc)})

@@ -69,6 +69,10 @@ class Backend(abc.ABC):
     async def remove(self, deployment: str, version: str) -> None:
         """Drain every replica of a version that is no longer wanted."""
 
+    async def yield_replicas(self) -> None:
+        """Another deployer owns the deployments now: stop the replicas it cannot see (local
+        processes, children of this one), leave those it can (Kubernetes objects: the default)."""
+
     @abc.abstractmethod
     async def close(self) -> None:
         """The deployer is stopping: stop what dies with it (local processes), leave the rest."""

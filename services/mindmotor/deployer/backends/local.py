@@ -77,6 +77,10 @@ class LocalBackend(Backend):
         for key, local in self._of(deployment, version):
             self._drain(key, local)
 
+    async def yield_replicas(self) -> None:
+        """The new owner cannot see these children and starts its own: drain them all."""
+        await self.close()
+
     async def close(self) -> None:
         """Drain every replica at once; SIGKILL the ones still there after the drain timeout."""
         for key, local in list(self._replicas.items()):

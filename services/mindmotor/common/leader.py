@@ -1,9 +1,10 @@
-"""`LeaderElector`: hold the store lease `controller:leader` while alive.
+"""`LeaderElector`: hold a store lease (e.g. the controllers' `controller:leader`, a deployer's
+`owner`) while alive, so that of several processes sharing one store exactly one leads.
 
 The leader renews every ttl/3; a standby tries to take the lease just as often, so when the
 leader dies (its lease stops being renewed) a standby leads at most ttl + ttl/3 later — within two
 lease periods. A leader that cannot renew (lost the lease, or the store is unreachable) steps down
-at once. With a `MemoryStore` the single controller always leads.
+at once. With a `MemoryStore` the single process always leads.
 """
 
 from __future__ import annotations
@@ -15,20 +16,19 @@ from typing import Callable
 
 from mindmotor.common.store import Store, StoreUnavailable
 
-log = logging.getLogger("mindmotor.controller")
-
-LEASE_NAME = "controller:leader"
+log = logging.getLogger("mindmotor.lease")
 
 
 class LeaderElector:
-    def __init__(self, store: Store, holder: str, ttl_s: float,
+    def __init__(self, store: Store, holder: str, ttl_s: float, lease_name: str,
                  on_change: Callable[[bool], None] | None = None):
         self.store = store
         self.holder = holder
         self.ttl_s = ttl_s
+        self.lease_name = lease_name
         self.on_change = on_change
         self.is_leader = False
-        self.leader_since = 0.0          # unix seconds when this controller last became leader
+        self.leader_since = 0.0          # unix seconds when this process last became leader
         self._task: asyncio.Task | None = None
         self._stopping = asyncio.Event()
 
@@ -48,7 +48,7 @@ class LeaderElector:
             await asyncio.gather(self._task, return_exceptions=True)
         if self.is_leader:
             try:
-                await self.store.release_lease(LEASE_NAME, self.holder)
+                await self.store.release_lease(self.lease_name, self.holder)
             except StoreUnavailable:
                 pass
             self._set(False)
@@ -64,12 +64,12 @@ class LeaderElector:
     async def step(self) -> None:
         try:
             if self.is_leader:
-                held = await self.store.renew_lease(LEASE_NAME, self.holder, self.ttl_s)
+                held = await self.store.renew_lease(self.lease_name, self.holder, self.ttl_s)
             else:
-                held = await self.store.try_acquire_lease(LEASE_NAME, self.holder, self.ttl_s)
+                held = await self.store.try_acquire_lease(self.lease_name, self.holder, self.ttl_s)
         except StoreUnavailable as exc:
             if self.is_leader:
-                log.warning("store unreachable; stepping down", extra={"error": str(exc)})
+                log.warning("store unreachable; stepping down", extra={"lease": self.lease_name, "error": str(exc)})
             held = False
         self._set(held)
 
@@ -79,6 +79,6 @@ class LeaderElector:
         self.is_leader = leader
         if leader:
             self.leader_since = time.time()
-        log.info("leadership changed", extra={"is_leader": leader, "controller_id": self.holder})
+        log.info("leadership changed", extra={"lease": self.lease_name, "is_leader": leader, "holder": self.holder})
         if self.on_change:
             self.on_change(leader)
