@@ -1,6 +1,7 @@
 """Real processes and servers for the coordinator's tests: workers as subprocesses (started
-together, then waited for), the coordinator in-process (uvicorn on a free port, in a thread) or as
-a `mindmotor coordinator` subprocess. Everything is stopped and reaped at teardown."""
+together, then waited for), a controller subprocess, the coordinator in-process (uvicorn on a free
+port, in a thread) or as a `mindmotor coordinator` subprocess. Everything is stopped and reaped at
+teardown."""
 
 from __future__ import annotations
 
@@ -119,10 +120,19 @@ def start_workers(model_dir: Path, log_dir: Path, count: int, *extra_args: str) 
         raise
 
 
+class ControllerProcess(_Process):
+    READY = re.compile(r"^MINDMOTOR_CONTROLLER_READY port=(\d+) admin_port=(\d+)$")
+
+    def __init__(self, log_path: Path, *args: str):
+        super().__init__([sys.executable, "-m", "mindmotor.cli", "controller", "--host", "127.0.0.1", "--port", "0",
+                          "--admin-host", "127.0.0.1", "--admin-port", "0", *args], log_path)
+        self.address = f"127.0.0.1:{self.wait_line(self.READY).group(1)}"
+
+
 class CoordinatorProcess(_Process):
     READY = re.compile(r"^MINDMOTOR_COORDINATOR_READY port=(\d+)$")
 
-    def __init__(self, log_path: Path, *args: str, env: dict | None = None):
+    def __init__(self, log_path: Path, *args: str):
         super().__init__([sys.executable, "-m", "mindmotor.cli", "coordinator", "--host", "127.0.0.1",
                           "--port", "0", *args], log_path)
         self.port = int(self.wait_line(self.READY).group(1))

@@ -4,6 +4,7 @@ a clean stop on SIGTERM, a clear failure on bad settings."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -39,3 +40,11 @@ def test_cli_bad_settings_exit_2_with_a_message(tmp_path):
     assert out.returncode == 2
     assert "not a checkpoint directory" in out.stderr
     assert "MINDMOTOR_COORDINATOR_READY" not in out.stdout
+
+
+def test_cli_without_models_or_workers_exits_2_naming_both():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MINDMOTOR_")}
+    out = subprocess.run([sys.executable, "-m", "mindmotor.cli", "coordinator", "--port", "0"],
+                         capture_output=True, text=True, timeout=30, env=env)
+    assert out.returncode == 2
+    assert "nothing to serve" in out.stderr and "--controller" in out.stderr and "--model" in out.stderr

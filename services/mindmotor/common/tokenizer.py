@@ -1,12 +1,17 @@
 """Tokenizer: a Hugging Face `tokenizer.json` through the `tokenizers` library, the chat template
 from `tokenizer_config.json`, and incremental detokenization for streaming.
 
+`TokenizerFiles` is those two files as bytes — read from a checkpoint directory, or received from a
+worker (`ModelInfo`) by a coordinator that has no copy of the checkpoint; `Tokenizer.from_files`
+builds the tokenizer from them, so both ways give the same tokenizer.
+
 Also `train_bpe`, which trains a byte-level BPE tokenizer (used by the trainer and by the tiny
 test checkpoints), so that no tokenizer is ever downloaded.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +27,8 @@ EOS_TOKEN = "<|endoftext|>"
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
 SPECIAL_TOKENS = [EOS_TOKEN, IM_START, IM_END]
+TOKENIZER_FILE = "tokenizer.json"
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 
 # ChatML, as Qwen2 uses it: https://huggingface.co/docs/transformers/chat_templating
 CHATML_TEMPLATE = (
@@ -33,7 +40,34 @@ CHATML_TEMPLATE = (
 
 
 class TokenizerError(ValueError):
-    """A tokenizer directory that cannot be used; the message names the file."""
+    """Tokenizer files that cannot be used; the message names the file and where it came from."""
+
+
+@dataclass(frozen=True)
+class TokenizerFiles:
+    """A checkpoint's `tokenizer.json` and `tokenizer_config.json` (chat template, special tokens),
+    byte for byte."""
+
+    tokenizer_json: bytes
+    tokenizer_config_json: bytes = b""      # b"": the checkpoint has none
+
+    @classmethod
+    def read(cls, directory: str | Path) -> "TokenizerFiles":
+        directory = Path(directory)
+        path = directory / TOKENIZER_FILE
+        if not path.is_file():
+            raise TokenizerError(f"{path}: missing (a checkpoint needs {TOKENIZER_FILE})")
+        config_path = directory / TOKENIZER_CONFIG_FILE
+        return cls(path.read_bytes(), config_path.read_bytes() if config_path.is_file() else b"")
+
+    def digest(self) -> str:
+        """Hex sha256 over both files, each preceded by its length (8 bytes, big-endian): equal
+        digests mean the same tokenization and chat template."""
+        h = hashlib.sha256()
+        for content in (self.tokenizer_json, self.tokenizer_config_json):
+            h.update(len(content).to_bytes(8, "big"))
+            h.update(content)
+        return h.hexdigest()
 
 
 def train_bpe(texts: Iterable[str], vocab_size: int, min_frequency: int = 2) -> HFTokenizer:
@@ -57,7 +91,7 @@ def save_tokenizer(tok: HFTokenizer, directory: str | Path, model_max_length: in
     """Write `tokenizer.json` and `tokenizer_config.json` (with the chat template) in HF layout."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    tok.save(str(directory / "tokenizer.json"))
+    tok.save(str(directory / TOKENIZER_FILE))
     added = {
         str(tok.token_to_id(t)): {"content": t, "special": True, "lstrip": False, "rstrip": False,
                                   "normalized": False, "single_word": False}
@@ -74,7 +108,7 @@ def save_tokenizer(tok: HFTokenizer, directory: str | Path, model_max_length: in
         "clean_up_tokenization_spaces": False,
         "chat_template": chat_template,
     }
-    (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    (directory / TOKENIZER_CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
 
 
 def _token_content(value) -> str | None:
@@ -96,21 +130,21 @@ class Tokenizer:
 
     @classmethod
     def from_dir(cls, directory: str | Path, extra_eos_ids: Sequence[int] = ()) -> "Tokenizer":
-        directory = Path(directory)
-        path = directory / "tokenizer.json"
-        if not path.is_file():
-            raise TokenizerError(f"{path}: missing (a checkpoint needs tokenizer.json)")
+        return cls.from_files(TokenizerFiles.read(directory), str(directory), extra_eos_ids)
+
+    @classmethod
+    def from_files(cls, files: TokenizerFiles, source: str, extra_eos_ids: Sequence[int] = ()) -> "Tokenizer":
+        """The tokenizer the files describe; `source` (a directory, a worker) names them in errors."""
         try:
-            hf = HFTokenizer.from_file(str(path))
+            hf = HFTokenizer.from_str(files.tokenizer_json.decode("utf-8"))
         except Exception as exc:  # the tokenizers library raises plain Exceptions
-            raise TokenizerError(f"{path}: cannot be loaded: {exc}") from exc
+            raise TokenizerError(f"{source}/{TOKENIZER_FILE}: cannot be loaded: {exc}") from exc
         config: dict = {}
-        config_path = directory / "tokenizer_config.json"
-        if config_path.is_file():
+        if files.tokenizer_config_json:
             try:
-                config = json.loads(config_path.read_text())
-            except json.JSONDecodeError as exc:
-                raise TokenizerError(f"{config_path}: invalid JSON: {exc}") from exc
+                config = json.loads(files.tokenizer_config_json)
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise TokenizerError(f"{source}/{TOKENIZER_CONFIG_FILE}: invalid JSON: {exc}") from exc
         eos = _token_content(config.get("eos_token"))
         bos = _token_content(config.get("bos_token"))
         eos_ids = {int(i) for i in extra_eos_ids}

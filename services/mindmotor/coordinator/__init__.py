@@ -6,4 +6,6 @@ instance (deployment traffic weights first, then the model's policy from `routin
 generation streams tokens from that worker over gRPC, resubmitting elsewhere (the tokens already
 produced go along as output to continue from) when the worker fails. `instances.RoutingTable` is what the router reads;
 `static_source` fills it from `--worker` addresses (a controller adapter can fill it instead).
+`models.ModelCatalog` holds each model's tokenizer: from its local checkpoint directory, or learnt
+from its workers by `discovery`.
 """

@@ -1,9 +1,13 @@
 """`create_app(settings)`: the coordinator's FastAPI app — its parts built, its middleware stacked,
-its routes mounted. Starting the app (lifespan) reads every static worker once, then keeps
-polling; stopping it closes the worker channels and the rate limit store."""
+its routes mounted. Starting the app (lifespan) reads the local checkpoint directories (in a
+thread), starts the instance source (reads every static worker once, then keeps polling; or
+waits for the controller's first table) and model discovery, and waits (bounded) for the models
+the first table holds to be discovered; stopping it closes the worker channels and the rate
+limit store."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from contextlib import asynccontextmanager
 
@@ -13,6 +17,7 @@ from .admission import Admission
 from .auth import APIKeys
 from .channels import WorkerChannels
 from .config import CoordinatorSettings
+from .discovery import ModelDiscovery
 from .errors import install_handlers
 from .instances import RoutingTable
 from .metrics import CoordinatorMetrics
@@ -64,10 +69,14 @@ def make_source(settings: CoordinatorSettings, c: Coordinator):
 def create_app(settings: CoordinatorSettings, coordinator: Coordinator | None = None) -> FastAPI:
     c = coordinator or build_coordinator(settings)
     source = make_source(settings, c)
+    discovery = ModelDiscovery(c.table, c.catalog, c.channels, c.metrics, settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        await asyncio.to_thread(c.catalog.load_local)
         await source.start()
+        await discovery.start()
+        await discovery.settle(settings.discovery_timeout_s)
         c.started = True
         log.info("coordinator started", extra={
             "instances": len(c.table.all()), "models": c.catalog.names(), "policy": settings.policy,
@@ -76,6 +85,7 @@ def create_app(settings: CoordinatorSettings, coordinator: Coordinator | None = 
             yield
         finally:
             await source.stop()
+            await discovery.stop()
             await c.channels.close()
             if c.limiter is not None:
                 await c.limiter.close()

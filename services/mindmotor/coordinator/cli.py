@@ -1,7 +1,11 @@
 """`mindmotor coordinator`: the OpenAI-compatible HTTP front door.
 
     mindmotor coordinator --port 8000 --worker 10.0.0.5:50051 --worker 10.0.0.6:50051,weight=2 \\
-        --model-dir /ckpt/qwen2-7b --policy least_load --api-key sk-one
+        --policy least_load --api-key sk-one
+    mindmotor coordinator --port 8000 --controller 10.0.0.2:50050 --model qwen2-7b=/ckpt/qwen2-7b
+
+The models served are those of the workers: a model without `--model` (or `--model-dir`) is
+discovered from its workers (tokenizer and chat template through their `ModelInfo`).
 
 With `--port 0` a free port is picked; either way it prints `MINDMOTOR_COORDINATOR_READY port=N`
 on stdout once it serves. Every flag has a `MINDMOTOR_*` environment variable and a YAML key
@@ -33,9 +37,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--worker", action="append", default=None, metavar="ADDR[,weight=W,version=V,deployment=D]",
         help="a worker's gRPC address (repeatable)")
     add("--model", action="append", default=None, metavar="NAME=DIR",
-        help="served model name and its checkpoint directory (repeatable)")
+        help="served model name and the checkpoint directory of its tokenizer and chat template "
+             "(repeatable; optional: a model without one is discovered from its workers)")
     add("--model-dir", default=None, metavar="DIR",
-        help="checkpoint directory (tokenizer, chat template) for models without --model")
+        help="checkpoint directory (tokenizer, chat template) for every model without --model "
+             "(then no model is discovered)")
     add("--policy", default=None, choices=POLICIES, help="routing policy (default: least_load)")
     add("--api-key", action="append", default=None, metavar="KEY", help="accepted API key (repeatable)")
     add("--rate-limit-rpm", type=float, default=None, help="requests per minute per key (default: unlimited)")

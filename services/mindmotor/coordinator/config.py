@@ -1,10 +1,11 @@
 """`CoordinatorSettings`: every setting of the coordinator, from (highest first) command-line flags,
 `MINDMOTOR_*` environment variables, a YAML file (`--config`), then the defaults below.
 
-    workers:                       # static instances (no controller yet)
+    workers:                       # static instances (or `controllers:`, the routing table's)
       - 10.0.0.5:50051
       - {address: 10.0.0.6:50051, weight: 2, deployment: qwen, version: v2}
-    models: {qwen2-7b: /ckpt/qwen2-7b}   # served name -> checkpoint dir (tokenizer, chat template)
+    models: {qwen2-7b: /ckpt/qwen2-7b}   # served name -> checkpoint dir (tokenizer, chat template);
+                                         # optional: models without one are discovered from their workers
     policy: least_load
     traffic: {qwen2-7b: {v1: 90, v2: 10}}  # canary: 10% of the model's requests to version v2
     api_keys: [sk-one, sk-two]
@@ -79,6 +80,12 @@ class CoordinatorSettings(BaseSettings):
     status_timeout_s: float = Field(1.0, gt=0)
     suspect_s: float = Field(5.0, ge=0)              # a worker that failed a request is skipped this long
 
+    # models discovered from their workers (ModelInfo): those with no local checkpoint directory
+    discovery_timeout_s: float = Field(10.0, gt=0)   # one ModelInfo call
+    discovery_backoff_s: float = Field(0.5, gt=0)    # the wait before retrying a failed one; doubles ...
+    discovery_backoff_max_s: float = Field(30.0, gt=0)  # ... up to this
+    discovery_forget_s: float = Field(300.0, ge=0)   # a discovered model no instance serves is dropped after this
+
     # routing
     policy: str = "least_load"
     model_policies: dict[str, str] = {}              # model -> policy, overriding `policy`
@@ -126,16 +133,24 @@ class CoordinatorSettings(BaseSettings):
         for model, weights in self.traffic.items():
             if any(w < 0 for w in weights.values()):
                 raise ValueError(f"traffic weights of {model!r} must not be negative")
-        for directory in [*self.models.values(), *([self.model_dir] if self.model_dir else [])]:
+        for directory in self.tokenizer_dirs():
             if not (Path(directory) / "tokenizer.json").is_file():
                 raise ValueError(f"{directory}: not a checkpoint directory (no tokenizer.json)")
+        if not (self.models or self.model_dir or self.workers or self.controllers):
+            raise ValueError("nothing to serve: give the workers (--controller ADDR or --worker ADDR; their "
+                             "models are discovered from them) or the models (--model NAME=DIR)")
         return self
 
     def policy_for(self, model: str) -> str:
         return self.model_policies.get(model, self.policy)
 
     def tokenizer_dir(self, model: str) -> str | None:
+        """The local checkpoint directory of `model`'s tokenizer; None: discover it from its workers."""
         return self.models.get(model, self.model_dir)
+
+    def tokenizer_dirs(self) -> list[str]:
+        """Every local checkpoint directory (`models` and `model_dir`)."""
+        return [*self.models.values(), *([self.model_dir] if self.model_dir else [])]
 
 
 def load_settings(config_file: str | Path | None = None, **overrides: Any) -> CoordinatorSettings:

@@ -1,9 +1,10 @@
 """`InstanceView` and `RoutingTable`: the instances the router may choose from.
 
-A source (the static `--worker` poller, or later the controller's routing-table stream) writes
-views into the table: `upsert` one instance or `replace` them all. The table adds what only this
-coordinator knows: the tokens of the requests it has in flight on each instance (for
-`least_load`), and instances it saw fail (skipped for `suspect_s` whatever the source says).
+A source (the static `--worker` poller, or the controller's routing-table stream) writes views
+into the table: `upsert` one instance or `replace` them all; `on_change` listeners (model
+discovery) hear of every write. The table adds what only this coordinator knows: the tokens of
+the requests it has in flight on each instance (for `least_load`), and instances it saw fail
+(skipped for `suspect_s` whatever the source says).
 """
 
 from __future__ import annotations
@@ -56,10 +57,12 @@ class RoutingTable:
         self._views: dict[str, InstanceView] = {}
         self._local: dict[str, _Local] = {}
         self._failure_listeners: list[Callable[[InstanceView, str], None]] = []
+        self._change_listeners: list[Callable[[], None]] = []
 
     # ---- written by a source --------------------------------------------------------------
     def upsert(self, view: InstanceView) -> None:
         self._views[view.instance_id] = view
+        self._changed()
 
     def replace(self, views: Iterable[InstanceView]) -> None:
         """The whole table at once (a controller's routing table): instances not in it are gone."""
@@ -67,9 +70,19 @@ class RoutingTable:
         for gone in set(self._local) - set(self._views):
             if self._local[gone].in_flight == 0:
                 del self._local[gone]
+        self._changed()
 
     def remove(self, instance_id: str) -> None:
         self._views.pop(instance_id, None)
+        self._changed()
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        """Call `listener` after every write (it must return at once: it runs in the writer's call)."""
+        self._change_listeners.append(listener)
+
+    def _changed(self) -> None:
+        for listener in self._change_listeners:
+            listener()
 
     # ---- read by the router and the routes -----------------------------------------------
     def get(self, instance_id: str) -> InstanceView | None:

@@ -40,6 +40,9 @@ class CoordinatorMetrics:
         self.pd_fallbacks = Counter(p + "pd_fallbacks_total", "choices that left the prefill/decode split, "
                                     "by reason", ["model", "reason"], registry=r)
         self.instances = Gauge(p + "routable_instances", "routable instances per model", ["model"], registry=r)
+        self.model_discovery = Counter(p + "model_discovery_total", "ModelInfo outcomes of model discovery: "
+                                       "discovered, matched, conflict, local_differs, failed, forgotten",
+                                       ["model", "outcome"], registry=r)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -332,6 +332,28 @@ class DeviceStatus(_message.Message):
     health: str
     def __init__(self, device: _Optional[str] = ..., npu_id: _Optional[int] = ..., utilization: _Optional[float] = ..., hbm_used_bytes: _Optional[int] = ..., hbm_total_bytes: _Optional[int] = ..., power_w: _Optional[float] = ..., temperature_c: _Optional[float] = ..., aicore_freq_mhz: _Optional[int] = ..., health: _Optional[str] = ...) -> None: ...
 
+class ModelInfoRequest(_message.Message):
+    __slots__ = ("digest_only",)
+    DIGEST_ONLY_FIELD_NUMBER: _ClassVar[int]
+    digest_only: bool
+    def __init__(self, digest_only: _Optional[bool] = ...) -> None: ...
+
+class ModelInfoResponse(_message.Message):
+    __slots__ = ("model", "max_model_len", "tokenizer_json", "tokenizer_config_json", "generation_config_json", "tokenizer_digest")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    MAX_MODEL_LEN_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_JSON_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    max_model_len: int
+    tokenizer_json: bytes
+    tokenizer_config_json: bytes
+    generation_config_json: bytes
+    tokenizer_digest: str
+    def __init__(self, model: _Optional[str] = ..., max_model_len: _Optional[int] = ..., tokenizer_json: _Optional[bytes] = ..., tokenizer_config_json: _Optional[bytes] = ..., generation_config_json: _Optional[bytes] = ..., tokenizer_digest: _Optional[str] = ...) -> None: ...
+
 class DrainRequest(_message.Message):
     __slots__ = ("wait", "timeout_s")
     WAIT_FIELD_NUMBER: _ClassVar[int]

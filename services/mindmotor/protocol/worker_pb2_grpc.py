@@ -54,6 +54,11 @@ class WorkerStub:
                 request_serializer=worker__pb2.DrainRequest.SerializeToString,
                 response_deserializer=worker__pb2.DrainResponse.FromString,
                 _registered_method=True)
+        self.ModelInfo = channel.unary_unary(
+                '/mindmotor.v1.Worker/ModelInfo',
+                request_serializer=worker__pb2.ModelInfoRequest.SerializeToString,
+                response_deserializer=worker__pb2.ModelInfoResponse.FromString,
+                _registered_method=True)
         self.Prefill = channel.unary_unary(
                 '/mindmotor.v1.Worker/Prefill',
                 request_serializer=worker__pb2.PrefillRequest.SerializeToString,
@@ -104,6 +109,14 @@ class WorkerServicer:
 
     def Drain(self, request, context):
         """Stop taking new requests; in-flight ones finish.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ModelInfo(self, request, context):
+        """What a front door needs to serve this worker's model without a copy of its checkpoint: the
+        served name, the context length and the tokenizer files (read once when the worker starts).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -162,6 +175,11 @@ def add_WorkerServicer_to_server(servicer, server):
                     servicer.Drain,
                     request_deserializer=worker__pb2.DrainRequest.FromString,
                     response_serializer=worker__pb2.DrainResponse.SerializeToString,
+            ),
+            'ModelInfo': grpc.unary_unary_rpc_method_handler(
+                    servicer.ModelInfo,
+                    request_deserializer=worker__pb2.ModelInfoRequest.FromString,
+                    response_serializer=worker__pb2.ModelInfoResponse.SerializeToString,
             ),
             'Prefill': grpc.unary_unary_rpc_method_handler(
                     servicer.Prefill,
@@ -292,6 +310,33 @@ class Worker:
             '/mindmotor.v1.Worker/Drain',
             worker__pb2.DrainRequest.SerializeToString,
             worker__pb2.DrainResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ModelInfo(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mindmotor.v1.Worker/ModelInfo',
+            worker__pb2.ModelInfoRequest.SerializeToString,
+            worker__pb2.ModelInfoResponse.FromString,
             options,
             channel_credentials,
             insecure,

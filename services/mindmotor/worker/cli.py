@@ -36,8 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ctl.add_argument("--advertise-address", default=None, metavar="HOST:PORT",
                      help="the address the controller hands to coordinators (default: host:port)")
     ctl.add_argument("--served-model-name", default=None, metavar="NAME",
-                     help="the model name registered with the controller, which requests ask for "
-                          "(default: the checkpoint directory's name)")
+                     help="the model name requests ask for: in Status, ModelInfo and the registration "
+                          "with the controller (default: the checkpoint directory's name)")
     ctl.add_argument("--deployment", default="", help="deployment name (traffic splits)")
     ctl.add_argument("--version", default="", help="deployment version, e.g. a checkpoint id")
     ctl.add_argument("--weight", type=int, default=1, help="routing weight (default: %(default)s)")

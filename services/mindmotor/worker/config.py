@@ -29,7 +29,8 @@ class WorkerConfig:
     role_drain_timeout_s: float = 30.0  # a role switch waits this long for in-flight requests
     controller: str | None = None     # "host:port[,host:port...]": register and heartbeat there
     advertise_address: str | None = None  # the address others should dial (default: host:port)
-    served_model_name: str | None = None  # registered model name; None: the checkpoint directory's name
+    served_model_name: str | None = None  # the model name served (Status, ModelInfo, registration);
+                                          # None: the checkpoint directory's name
     deployment: str = ""              # for canary / A-B traffic splits
     version: str = ""
     weight: int = 1

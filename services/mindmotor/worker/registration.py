@@ -1,8 +1,8 @@
 """Being known to the controller: register this worker and heartbeat its load (InstanceAgent).
 
-The registered model name is `--served-model-name` when given (the Deployer gives every version
-of a deployment the same one, so that the coordinator splits one model's traffic between them),
-else the name the engine serves (the checkpoint directory's).
+The registered model name is the one the worker serves (Status): `--served-model-name` when given
+(the Deployer gives every version of a deployment the same one, so that the coordinator splits one
+model's traffic between them), else the checkpoint directory's name.
 
 A `drain` command from the controller drains the worker exactly as SIGTERM's first phase does
 (no new requests; in-flight ones finish) without exiting. Each heartbeat carries the p90 TTFT
@@ -40,7 +40,7 @@ async def start_agent(config: WorkerConfig, port: int, metrics_port: int, servic
     request = controller_pb2.RegisterRequest(
         instance_id=config.worker_id, address=address,
         metrics_address=f"{address.rsplit(':', 1)[0]}:{metrics_port}",
-        model=config.served_model_name or status.model,
+        model=status.model,
         role=status.role, device=status.device.device, max_model_len=status.max_model_len,
         block_size=status.block_size, deployment=config.deployment, version=config.version,
         weight=config.weight)

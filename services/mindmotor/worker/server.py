@@ -35,8 +35,9 @@ async def serve(config: WorkerConfig) -> int:
     engine = AsyncLLMEngine(config.engine)
     admission = Admission()
     metrics = WorkerMetrics(engine, admission)
-    service = WorkerService(engine, admission, metrics, config.worker_id, config.role, node=config.node,
-                            kv_pull_timeout_s=config.kv_pull_timeout_s,
+    service = WorkerService(engine, admission, metrics, config.worker_id,
+                            config.served_model_name or engine.engine.model_name, config.role,
+                            node=config.node, kv_pull_timeout_s=config.kv_pull_timeout_s,
                             role_drain_timeout_s=config.role_drain_timeout_s)
     metrics.collector.role = lambda: service.role
     health = HealthServicer()

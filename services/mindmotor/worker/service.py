@@ -9,6 +9,9 @@ Prefill/decode split: `Prefill` runs a prefill-only request (first token back, K
 its request id); `PullKV` streams a pinned KV to a decode instance, `ReleaseKV` frees it; a
 `Generate` with `remote_prefill` pulls the KV through `KVReceiver` before it decodes. `SetRole`
 switches the role after draining (`RoleSwitch`).
+
+The model is served (Status, ModelInfo) under `model_name`: `--served-model-name`, else the
+checkpoint directory's name.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from .convert import (device_status_from_snapshot, load_from_stats, prefill_resp
 from .kv_receiver import KVReceiver
 from .kv_stream import DEFAULT_BLOCKS_PER_CHUNK, chunks_from_blocks
 from .metrics import WorkerMetrics
+from .model_info import digest_only, read_model_info
 from .roles import ROLES, RoleSwitch
 
 log = logging.getLogger("mindmotor.worker")
@@ -42,13 +46,16 @@ ROLE_MIXED = "mixed"
 
 class WorkerService(worker_pb2_grpc.WorkerServicer):
     def __init__(self, engine: AsyncLLMEngine, admission: Admission, metrics: WorkerMetrics,
-                 worker_id: str, role: str = ROLE_MIXED, node: str = "", kv_pull_timeout_s: float = 5.0,
-                 role_drain_timeout_s: float = 30.0):
+                 worker_id: str, model_name: str, role: str = ROLE_MIXED, node: str = "",
+                 kv_pull_timeout_s: float = 5.0, role_drain_timeout_s: float = 30.0):
         self.engine = engine
         self.admission = admission
         self.metrics = metrics
         self.worker_id = worker_id
+        self.model_name = model_name
         self.node = node
+        self.model_info = read_model_info(engine.engine.model_dir, model_name, engine.engine.max_model_len)
+        self.model_digest = digest_only(self.model_info)
         self.roles = RoleSwitch(admission, role, role_drain_timeout_s)
         self.kv = KVReceiver(engine, metrics, node, kv_pull_timeout_s)
 
@@ -143,7 +150,7 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
             if finish_reason == "cancelled":
                 log.info("request cancelled by the client; aborted", extra={"duration_s": timer.elapsed_s})
 
-    # ---- Abort, Status, Drain ----------------------------------------------------------------
+    # ---- Abort, Status, ModelInfo, Drain ----------------------------------------------------------------
     async def Abort(self, request: pb.AbortRequest, context) -> pb.AbortResponse:
         found = request.request_id in self.admission.in_flight
         if found:
@@ -158,11 +165,14 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
     def status(self) -> pb.StatusResponse:
         engine = self.engine.engine
         return pb.StatusResponse(
-            worker_id=self.worker_id, model=engine.model_name, max_model_len=engine.max_model_len,
+            worker_id=self.worker_id, model=self.model_name, max_model_len=engine.max_model_len,
             block_size=engine.config.block_size, role=self.role, state=self.admission.state,
             load=load_from_stats(self.engine.stats(), len(self.admission.in_flight)),
             device=device_status_from_snapshot(self.engine.device_snapshot()),
             emulated_profile=engine.device.profile.name, timing=engine.config.timing, node=self.node)
+
+    async def ModelInfo(self, request: pb.ModelInfoRequest, context) -> pb.ModelInfoResponse:
+        return self.model_digest if request.digest_only else self.model_info
 
     # ---- Prefill, PullKV, ReleaseKV, SetRole -------------------------------------------------
     async def Prefill(self, request: pb.PrefillRequest, context) -> pb.PrefillResponse:
