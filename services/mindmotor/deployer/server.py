@@ -67,6 +67,7 @@ class DeployerServer:
                                        rollout_timeout_s=config.rollout_timeout_s)
         self.health = HealthServicer()
         self._tasks: set[asyncio.Task] = set()
+        self._stopping = False
         self.grpc_server: grpc.aio.Server | None = None
         self.metrics_http = None
         self.port = 0
@@ -104,6 +105,8 @@ class DeployerServer:
 
     # ---- the owner lease ----------------------------------------------------------------------
     def _ownership_changed(self, owner: bool) -> None:
+        if self._stopping:                   # the lease given up on the way out: nothing to react to
+            return
         task = asyncio.get_running_loop().create_task(self._on_ownership(owner))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -135,6 +138,7 @@ class DeployerServer:
         await self.health.set(DEPLOYER_SERVICE_NAME, status)
 
     async def stop(self) -> None:
+        self._stopping = True
         await self.health.enter_graceful_shutdown()
         if self.grpc_server is not None:
             await self.grpc_server.stop(STOP_GRACE_S)
