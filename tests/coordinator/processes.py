@@ -6,12 +6,6 @@ teardown."""
 from __future__ import annotations
 
 import asyncio
-import os
-import queue
-import re
-import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -22,6 +16,7 @@ from mindmotor.common.waiting import wait_until  # noqa: F401 (re-exported to th
 from mindmotor.coordinator.app import create_app
 from mindmotor.coordinator.config import load_settings
 from mindmotor.coordinator.server import bind_socket, make_server
+from mindmotor.launcher.process import ChildProcess, ChildProcessError
 from mindmotor.protocol import worker_pb2 as pb
 from mindmotor.protocol import worker_pb2_grpc
 
@@ -31,66 +26,43 @@ START_TIMEOUT_S = 60.0
 
 
 class _Process:
-    """A subprocess whose stdout lines are read on a thread; stderr goes to a log file."""
+    """A `mindmotor` service subprocess for tests: `launcher.process.ChildProcess` (stdout read on a
+    thread, stderr to a log file, SIGTERM to it should the test process die), except that `stop`
+    kills at once — tests do not wait for drains they do not test."""
 
-    def __init__(self, cmd: list[str], log_path: Path):
+    def __init__(self, name: str, args: list[str], ready_prefix: str, log_path: Path):
+        self.child = ChildProcess(name, args, ready_prefix, log_path)
+        self.proc = self.child.proc
         self.log_path = log_path
-        self._log = open(log_path, "w")
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log, text=True,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        self._lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
 
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            self._lines.put(line.rstrip("\n"))
-        self._lines.put(None)
-
-    def wait_line(self, pattern: re.Pattern, timeout: float = START_TIMEOUT_S) -> re.Match:
-        deadline = time.monotonic() + timeout
-        while (left := deadline - time.monotonic()) > 0:
-            try:
-                line = self._lines.get(timeout=left)
-            except queue.Empty:
-                break
-            if line is None:
-                break
-            if m := pattern.match(line):
-                return m
-        self.stop()
-        raise RuntimeError(f"{self.proc.args[:4]} did not become ready; its log:\n{self.log_text()}")
+    def wait_ready(self) -> dict[str, str]:
+        """The ready line's fields; the process is stopped if it never prints it."""
+        try:
+            return self.child.wait_ready(START_TIMEOUT_S)
+        except ChildProcessError:
+            self.stop()
+            raise
 
     def log_text(self) -> str:
-        if not self._log.closed:
-            self._log.flush()
         return self.log_path.read_text()
 
     def kill(self) -> None:
         """SIGKILL now (and reap)."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=10)
+        self.child.kill()
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=10)
-        if not self._log.closed:
-            self._log.close()
+        self.child.kill()
 
 
 class WorkerProcess(_Process):
-    READY = re.compile(r"^MINDMOTOR_WORKER_READY port=(\d+) metrics_port=(\d+)$")
-
     def __init__(self, model_dir: Path, log_path: Path, *extra_args: str):
-        super().__init__([sys.executable, "-m", "mindmotor.cli", "worker", "--model", str(model_dir),
-                          "--host", "127.0.0.1", "--port", "0", "--metrics-port", "0", *extra_args], log_path)
+        super().__init__("worker", ["worker", "--model", str(model_dir), "--host", "127.0.0.1", "--port", "0",
+                                    "--metrics-port", "0", *extra_args], "MINDMOTOR_WORKER_READY", log_path)
         self.address = ""
         self.channel = None
 
     def wait_ready(self) -> "WorkerProcess":
-        m = self.wait_line(self.READY)
-        self.address = f"127.0.0.1:{m.group(1)}"
+        self.address = f"127.0.0.1:{super().wait_ready()['port']}"
         self.channel = grpc.insecure_channel(self.address)
         self.stub = worker_pb2_grpc.WorkerStub(self.channel)
         return self
@@ -121,21 +93,17 @@ def start_workers(model_dir: Path, log_dir: Path, count: int, *extra_args: str) 
 
 
 class ControllerProcess(_Process):
-    READY = re.compile(r"^MINDMOTOR_CONTROLLER_READY port=(\d+) admin_port=(\d+)$")
-
     def __init__(self, log_path: Path, *args: str):
-        super().__init__([sys.executable, "-m", "mindmotor.cli", "controller", "--host", "127.0.0.1", "--port", "0",
-                          "--admin-host", "127.0.0.1", "--admin-port", "0", *args], log_path)
-        self.address = f"127.0.0.1:{self.wait_line(self.READY).group(1)}"
+        super().__init__("controller", ["controller", "--host", "127.0.0.1", "--port", "0", "--admin-host", "127.0.0.1",
+                                        "--admin-port", "0", *args], "MINDMOTOR_CONTROLLER_READY", log_path)
+        self.address = f"127.0.0.1:{self.wait_ready()['port']}"
 
 
 class CoordinatorProcess(_Process):
-    READY = re.compile(r"^MINDMOTOR_COORDINATOR_READY port=(\d+)$")
-
     def __init__(self, log_path: Path, *args: str):
-        super().__init__([sys.executable, "-m", "mindmotor.cli", "coordinator", "--host", "127.0.0.1",
-                          "--port", "0", *args], log_path)
-        self.port = int(self.wait_line(self.READY).group(1))
+        super().__init__("coordinator", ["coordinator", "--host", "127.0.0.1", "--port", "0", *args],
+                         "MINDMOTOR_COORDINATOR_READY", log_path)
+        self.port = int(self.wait_ready()["port"])
         self.url = f"http://127.0.0.1:{self.port}"
 
 
