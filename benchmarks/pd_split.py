@@ -86,7 +86,8 @@ def summarize(result, wall_s: float) -> dict:
            "ttft_p99_s": r4(percentile(ttft, 99)), "tpot_p50_s": r4(percentile(tpot, 50)),
            "tpot_p90_s": r4(percentile(tpot, 90)), "tpot_p99_s": r4(percentile(tpot, 99)),
            "throughput_tok_s": r3(sum(r.num_output_tokens for r in recs) / result.makespan_s),
-           "completed": len(recs), "steps": result.steps, "wall_s": r3(wall_s), "ttft_s": [r4(x) for x in ttft], "tpot_s": [r4(x) for x in tpot]}
+           "completed": len(recs), "steps": result.steps, "wall_s": r3(wall_s),
+           "ttft_s": [r4(x) for x in ttft], "tpot_s": [r4(x) for x in tpot]}
     if result.transfers_s:
         out["kv_transfer_mean_s"] = round(float(np.mean(result.transfers_s)), 6)
     return out
