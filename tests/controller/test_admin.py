@@ -22,7 +22,7 @@ def assert_openai_error(response: httpx.Response, status: int) -> dict:
 async def test_admin_token_required(spawn_controller, make_instance):
     ctrl = spawn_controller(admin_token=TOKEN)
     await make_instance(ctrl.address, "a")
-    for path in ("/v1/instances", "/metrics", "/v1/instances/a"):
+    for path in ("/v1/instances", "/v1/instances/a"):
         error = assert_openai_error(httpx.get(ctrl.admin_url + path), 401)
         assert error["code"] == "invalid_api_key"
         assert_openai_error(httpx.get(ctrl.admin_url + path, headers={"Authorization": "Bearer wrong"}), 401)
@@ -32,6 +32,8 @@ async def test_admin_token_required(spawn_controller, make_instance):
 
     health = httpx.get(ctrl.admin_url + "/health")            # open
     assert health.status_code == 200
+    metrics = httpx.get(ctrl.admin_url + "/metrics")          # open: read-only, for Prometheus
+    assert metrics.status_code == 200 and "mindmotor_controller_instances" in metrics.text
     assert health.json()["status"] == "ok" and health.json()["is_leader"] is True
     assert health.json()["store"] == "memory"
 

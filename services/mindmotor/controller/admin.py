@@ -1,7 +1,7 @@
 """The controller's HTTP admin API (FastAPI): the registry, commands, health and metrics.
 
     GET    /health                        open: {"status", "is_leader", "controller_id", "store", ...}
-    GET    /metrics                       Prometheus text
+    GET    /metrics                       open: Prometheus text
     GET    /v1/instances                  the registry: {"object": "list", "version", "data": [...]}
     GET    /v1/instances/{id}
     POST   /v1/instances/{id}/drain       {"reason"?}   — draining now; the worker is told
@@ -9,7 +9,9 @@
                                                           its heartbeat reports it
     DELETE /v1/instances/{id}             deregister
 
-Everything but /health needs `Authorization: Bearer <admin token>` when a token is configured;
+Everything but /health and /metrics needs `Authorization: Bearer <admin token>` when a token is
+configured (a Prometheus scraping the controller should not hold a token that can drain workers;
+the metrics are read-only, like every other service's);
 errors use the OpenAI error body `{"error": {"message", "type", "param", "code"}}`.
 """
 
@@ -97,7 +99,7 @@ def create_admin_app(config: ControllerConfig, registry: Registry, elector: Lead
         return {"status": "ok", "is_leader": elector.is_leader, "controller_id": config.controller_id,
                 "store": config.store_kind, "leader_since": elector.leader_since or None}
 
-    @api.get("/metrics")
+    @app.get("/metrics")
     async def prometheus():
         return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
