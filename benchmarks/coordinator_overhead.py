@@ -31,15 +31,14 @@ import asyncio
 import json
 import os
 import pstats
-import queue
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
+
+from mindmotor.launcher.process import ChildProcess, ChildProcessError
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
@@ -54,40 +53,15 @@ def log(msg: str) -> None:
 
 
 # ---- processes ---------------------------------------------------------------------------------
-class Server:
-    """A subprocess that prints `PREFIX key=value...` on stdout when it serves; stderr to a file."""
-
-    def __init__(self, name: str, cmd: list[str], ready_prefix: str, log_path: Path, env: dict | None = None):
-        self.name = name
-        self.ready_prefix = ready_prefix
-        self._log = open(log_path, "ab")
-        self.log_path = log_path
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log, text=True,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
-        self._lines: queue.Queue = queue.Queue()
-        threading.Thread(target=self._pump, daemon=True).start()
-        self.ready: dict[str, str] = {}
-
-    def _pump(self) -> None:
-        for line in self.proc.stdout:
-            self._lines.put(line.rstrip("\n"))
-        self._lines.put(None)
+class Server(ChildProcess):
+    """A benchmarked process (`launcher.process.ChildProcess`), with its port and CPU time."""
 
     def wait_ready(self, timeout_s: float = 60.0) -> dict[str, str]:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            try:
-                line = self._lines.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            if line is None:
-                break
-            if line.startswith(self.ready_prefix):
-                self.ready = dict(p.split("=", 1) for p in line.split()[1:] if "=" in p)
-                return self.ready
-        self.stop()
-        tail = self.log_path.read_text(errors="replace")[-2000:]
-        raise RuntimeError(f"{self.name} did not become ready\n{tail}")
+        try:
+            return super().wait_ready(timeout_s)
+        except ChildProcessError:
+            self.kill()
+            raise
 
     @property
     def port(self) -> int:
@@ -101,24 +75,10 @@ class Server:
         except (OSError, IndexError, ValueError):
             return float("nan")
 
-    def stop(self, timeout_s: float = 20.0) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
-
-
-def mindmotor_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "mindmotor.cli", *args]
-
 
 def start_worker(model_dir: str, log_dir: Path) -> Server:
-    w = Server("worker", mindmotor_cmd("worker", "--model", model_dir, "--host", "127.0.0.1", "--port", "0",
-                                       "--metrics-port", "0", "--timing", "virtual"),
+    w = Server("worker", ["worker", "--model", model_dir, "--host", "127.0.0.1", "--port", "0",
+                          "--metrics-port", "0", "--timing", "virtual"],
                "MINDMOTOR_WORKER_READY", log_dir / "worker.log")
     w.wait_ready()
     return w
@@ -130,7 +90,7 @@ def coordinator_args(worker_port: int, model_name: str, model_dir: str) -> list[
 
 
 def start_coordinator(worker_port: int, model_name: str, model_dir: str, log_dir: Path) -> Server:
-    c = Server("coordinator", mindmotor_cmd("coordinator", *coordinator_args(worker_port, model_name, model_dir)),
+    c = Server("coordinator", ["coordinator", *coordinator_args(worker_port, model_name, model_dir)],
                "MINDMOTOR_COORDINATOR_READY", log_dir / "coordinator.log")
     c.wait_ready()
     return c
@@ -138,8 +98,8 @@ def start_coordinator(worker_port: int, model_name: str, model_dir: str, log_dir
 
 def start_helper(kind: str, args: list[str], log_dir: Path, profile_path: str | None = None) -> Server:
     env = {"MINDMOTOR_BENCH_CPROFILE": profile_path} if profile_path else None
-    s = Server(kind, [sys.executable, str(SERVERS), kind, *args], "BENCH_SERVER_READY",
-               log_dir / f"{kind}.log", env=env)
+    s = Server(kind, [kind, *args], "BENCH_SERVER_READY", log_dir / f"{kind}.log", env=env,
+               program=[sys.executable, str(SERVERS)])
     s.wait_ready()
     return s
 

@@ -38,7 +38,7 @@ from mindmotor.engine.config import EngineConfig
 from mindmotor.engine.llm_engine import LLMEngine
 
 from benchmarks.common import (PLACEHOLDER_TOKEN, add_common_args, benchmark_checkpoint,
-                               describe_model, finish, log, mean, percentile, r3, r4, random_tokens,
+                               describe_model, finish, log, mean, percentile, r4, random_tokens,
                                step_without_model)
 
 PROFILE = "qwen2-7b"

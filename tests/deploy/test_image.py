@@ -113,9 +113,7 @@ def test_pip_install_from_the_build_context_bundles_the_model(tmp_path):
     result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
                              "--no-index", "-q", "-w", str(wheels), str(context)],
                             capture_output=True, text=True, timeout=180)
-    if result.returncode != 0 and "setuptools" in result.stderr and "No module named" in result.stderr:
-        pytest.skip("setuptools is not installed in this environment")
-    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.returncode == 0, result.stderr[-2000:]       # (needs setuptools, as `pip install -e .` does)
     (wheel,) = wheels.glob("mindmotor-*.whl")
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())

@@ -36,7 +36,6 @@ def test_bad_config_is_a_clear_error_and_exit_code_2(args, message, tmp_path):
 
 
 def test_debug_compare_prints_per_layer_differences(trained):
-    pytest.importorskip("mindmotor.model.llama")
     store, result = trained
     done = run_cli("debug", "compare", "--checkpoint", str(store / result.checkpoints[-1]))
     assert done.returncode == 0, done.stderr

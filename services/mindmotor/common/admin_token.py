@@ -42,14 +42,18 @@ class AdminTokenInterceptor(grpc.aio.ServerInterceptor):
 
 
 def _refuse_handler(handler: grpc.RpcMethodHandler | None) -> grpc.RpcMethodHandler | None:
+    """A handler of the same kind (unary or streaming either way) that aborts UNAUTHENTICATED."""
     if handler is None:
         return None
 
-    async def refuse(request, context):
+    async def refuse(request_or_iterator, context):
         await context.abort(grpc.StatusCode.UNAUTHENTICATED,
                             "invalid or missing admin token (metadata authorization: Bearer <token>)")
 
-    if handler.request_streaming or handler.response_streaming:
-        raise NotImplementedError("the admin token interceptor covers unary calls only")
-    return grpc.unary_unary_rpc_method_handler(refuse, request_deserializer=handler.request_deserializer,
-                                               response_serializer=handler.response_serializer)
+    make = {(False, False): grpc.unary_unary_rpc_method_handler,
+            (False, True): grpc.unary_stream_rpc_method_handler,
+            (True, False): grpc.stream_unary_rpc_method_handler,
+            (True, True): grpc.stream_stream_rpc_method_handler}[(handler.request_streaming,
+                                                                  handler.response_streaming)]
+    return make(refuse, request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer)

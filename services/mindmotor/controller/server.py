@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 import socket
 import sys
 
@@ -25,6 +24,7 @@ from mindmotor.protocol import controller_pb2, controller_pb2_grpc
 from .admin import create_admin_app
 from .config import ControllerConfig, ready_line
 from mindmotor.common.leader import LeaderElector
+from mindmotor.common.lifecycle import run_until_signal
 from .metrics import ControllerMetrics
 from .pd_autoscaler import PDAutoscaler
 from .registry import Registry
@@ -158,24 +158,17 @@ class _AdminServer:
 
 async def serve(config: ControllerConfig) -> int:
     server = ControllerServer(config)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await server.start()
-    except BaseException:
-        await server.stop()
-        raise
-    log.info("controller ready", extra={
-        "controller_id": config.controller_id, "port": server.port, "admin_port": server.admin_port,
-        "store": config.store_kind, "redis_prefix": config.redis_prefix if config.redis_url else None,
-        "is_leader": server.elector.is_leader, "heartbeat_interval_s": config.heartbeat_interval_s,
-        "suspect_after_s": config.suspect_after_s, "dead_after_s": config.dead_after_s,
-        "lease_ttl_s": config.lease_ttl_s, "pd_autoscale": config.pd.enabled})
-    print(ready_line(server.port, server.admin_port), file=sys.stdout, flush=True)
-    await stop.wait()
-    log.info("controller stopping", extra={"controller_id": config.controller_id})
-    await server.stop()
+
+    def ready() -> None:
+        log.info("controller ready", extra={
+            "controller_id": config.controller_id, "port": server.port, "admin_port": server.admin_port,
+            "store": config.store_kind, "redis_prefix": config.redis_prefix if config.redis_url else None,
+            "is_leader": server.elector.is_leader, "heartbeat_interval_s": config.heartbeat_interval_s,
+            "suspect_after_s": config.suspect_after_s, "dead_after_s": config.dead_after_s,
+            "lease_ttl_s": config.lease_ttl_s, "pd_autoscale": config.pd.enabled})
+        print(ready_line(server.port, server.admin_port), file=sys.stdout, flush=True)
+
+    await run_until_signal(server, ready, lambda: log.info("controller stopping",
+                                                           extra={"controller_id": config.controller_id}))
     log.info("controller stopped", extra={"controller_id": config.controller_id})
     return 0

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 import sys
 
 import grpc
@@ -29,6 +28,7 @@ from grpc_health.v1._async import HealthServicer
 
 from mindmotor.common.admin_token import AdminTokenInterceptor
 from mindmotor.common.leader import LeaderElector
+from mindmotor.common.lifecycle import run_until_signal
 from mindmotor.common.store import RedisStore, Store, StoreUnavailable, open_store
 from mindmotor.protocol import deployer_pb2, deployer_pb2_grpc
 
@@ -154,25 +154,20 @@ class DeployerServer:
 
 async def serve(config: DeployerConfig) -> int:
     server = DeployerServer(config)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await server.start()
-    except BaseException:
-        await server.stop()
-        raise
-    log.info("deployer ready", extra={
-        "port": server.port, "metrics_port": server.metrics_port, "backend": server.backend.kind,
-        "controllers": config.controllers, "store": config.store_kind,
-        "store_prefix": config.store_prefix if config.redis_url else None,
-        "deployments": len(server.reconciler.status), "auth": bool(config.admin_token),
-        "deployer_id": config.deployer_id, "owner": server.elector.is_leader})
-    print(ready_line(server.port, server.metrics_port), file=sys.stdout, flush=True)
-    await stop.wait()
-    log.info("deployer stopping; draining its local replicas" if server.backend.kind == "local"
-             else "deployer stopping; the pods keep serving")
-    await server.stop()
+
+    def ready() -> None:
+        log.info("deployer ready", extra={
+            "port": server.port, "metrics_port": server.metrics_port, "backend": server.backend.kind,
+            "controllers": config.controllers, "store": config.store_kind,
+            "store_prefix": config.store_prefix if config.redis_url else None,
+            "deployments": len(server.reconciler.status), "auth": bool(config.admin_token),
+            "deployer_id": config.deployer_id, "owner": server.elector.is_leader})
+        print(ready_line(server.port, server.metrics_port), file=sys.stdout, flush=True)
+
+    def stopping() -> None:
+        log.info("deployer stopping; draining its local replicas" if server.backend.kind == "local"
+                 else "deployer stopping; the pods keep serving")
+
+    await run_until_signal(server, ready, stopping)
     log.info("deployer stopped")
     return 0

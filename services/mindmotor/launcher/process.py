@@ -41,14 +41,15 @@ class ChildProcessError(RuntimeError):
 
 class ChildProcess:
     def __init__(self, name: str, args: list[str], ready_prefix: str, log_path: Path,
-                 env: dict[str, str] | None = None):
+                 env: dict[str, str] | None = None, program: list[str] | None = None):
+        """`args` after `program` (default: `python -m mindmotor.cli`, i.e. a `mindmotor` command)."""
         self.name = name
         self.args = args
         self.ready_prefix = ready_prefix
         self.log_path = Path(log_path)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")
-        cmd = [sys.executable, "-m", "mindmotor.cli", *args]
+        cmd = [*(program or [sys.executable, "-m", "mindmotor.cli"]), *args]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log, text=True,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
                                      preexec_fn=_terminate_with_parent)

@@ -8,16 +8,15 @@ Thin handlers: validation and processes live in `jobs.py`, versions in `store.py
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import signal
 from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import start_http_server
 
+from mindmotor.common.lifecycle import stop_requested
 from mindmotor.model.config import CheckpointError
 from mindmotor.protocol import trainer_pb2, trainer_pb2_grpc
 
@@ -141,11 +140,7 @@ async def serve(port: int, store_root: str | Path, host: str = "0.0.0.0",
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     log.info("trainer listening", extra={"port": port, "store": str(store.root),
                                                     "metrics_port": metrics_port})
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    await stop_requested().wait()
     log.info("trainer stopping")
     await health_servicer.enter_graceful_shutdown()
     await jobs.shutdown()          # ends every WatchJob stream with the job's final state
