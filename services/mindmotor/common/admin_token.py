@@ -41,19 +41,27 @@ class AdminTokenInterceptor(grpc.aio.ServerInterceptor):
         return _refuse_handler(await continuation(handler_call_details))
 
 
+MESSAGE = "invalid or missing admin token (metadata authorization: Bearer <token>)"
+
+
 def _refuse_handler(handler: grpc.RpcMethodHandler | None) -> grpc.RpcMethodHandler | None:
-    """A handler of the same kind (unary or streaming either way) that aborts UNAUTHENTICATED."""
+    """A handler of the same kind (unary or streaming either way) that aborts UNAUTHENTICATED;
+    a streaming response is refused by an async generator, as grpc.aio expects of such handlers."""
     if handler is None:
         return None
 
     async def refuse(request_or_iterator, context):
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED,
-                            "invalid or missing admin token (metadata authorization: Bearer <token>)")
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, MESSAGE)
 
+    async def refuse_stream(request_or_iterator, context):
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, MESSAGE)
+        yield  # pragma: no cover - abort raises; the yield makes this an async generator
+
+    kind = (handler.request_streaming, handler.response_streaming)
     make = {(False, False): grpc.unary_unary_rpc_method_handler,
             (False, True): grpc.unary_stream_rpc_method_handler,
             (True, False): grpc.stream_unary_rpc_method_handler,
-            (True, True): grpc.stream_stream_rpc_method_handler}[(handler.request_streaming,
-                                                                  handler.response_streaming)]
-    return make(refuse, request_deserializer=handler.request_deserializer,
+            (True, True): grpc.stream_stream_rpc_method_handler}[kind]
+    return make(refuse_stream if handler.response_streaming else refuse,
+                request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer)
