@@ -1,7 +1,7 @@
 """A serving-only copy of a checkpoint (e.g. the demo model shipped as package data): the Hugging
 Face files and a fresh `mindmotor.json`, without `trainer_state.pt` (optimizer moments and RNG,
 about twice the size of the weights). The source is verified first; the copy is written to a
-temporary directory and renamed into place. No PyTorch here.
+temporary directory and renamed into place, its files 0644 and directories 0755. No PyTorch here.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 from mindmotor.model.config import CheckpointError
 
 from .manifest import build_manifest, verify_checkpoint, write_manifest
+from .permissions import make_dirs, make_readable
 
 TRAINING_ONLY_FILES = ("trainer_state.pt",)
 
@@ -30,7 +31,7 @@ def bundle_checkpoint(source: str | Path, destination: str | Path, dtype: str | 
     manifest = verify_checkpoint(source)
     if destination.exists():
         raise CheckpointError(f"{destination}: already exists")
-    destination.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(destination.parent)
     tmp = destination.parent / f".tmp-{destination.name}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
@@ -43,6 +44,7 @@ def bundle_checkpoint(source: str | Path, destination: str | Path, dtype: str | 
         info.update(version=destination.name, parent=manifest.get("version"),
                     bundled_from=str(source.resolve()))
         write_manifest(tmp, build_manifest(tmp, **info))
+        make_readable(tmp)                 # copy2 keeps a source's 0600, safetensors writes 0600
         os.rename(tmp, destination)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

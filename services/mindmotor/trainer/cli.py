@@ -2,6 +2,7 @@
 
     mindmotor train [--preset demo|tiny] [--corpus PATH ...] [--out DIR] [--steps N] [--nproc N]
                     [--resume latest|promoted|VERSION] [--config FILE.json] [--set KEY=VALUE ...]
+                    [--init-from DIR] [--tokenizer-from DIR]
     mindmotor trainer --port N [--store DIR] [--metrics-port M]
     mindmotor debug compare --checkpoint DIR
     mindmotor checkpoints list|verify|promote|bundle ...
@@ -44,6 +45,12 @@ def _register_train(subparsers) -> None:
     p.add_argument("--out", type=Path, default=Path("checkpoints"), help="checkpoint store directory")
     p.add_argument("--nproc", type=int, default=1, help="data-parallel processes on this machine")
     p.add_argument("--resume", help="continue from latest, promoted, a version name or a path")
+    p.add_argument("--init-from", type=Path, metavar="DIR",
+                   help="start from this Hugging Face checkpoint's weights (fine-tune): its config.json "
+                        "sets the model's shape, its tokenizer is kept; a new run from step 0")
+    p.add_argument("--tokenizer-from", type=Path, metavar="DIR",
+                   help="use this checkpoint's tokenizer and chat template, byte for byte, instead of "
+                        "training one (default: --init-from's)")
     p.add_argument("--run-name", help="versions are named <run-name>-step<N>")
     p.add_argument("--events", type=Path, help="also write progress events (JSON lines) here")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -77,7 +84,8 @@ def cmd_train(args) -> int:
     setup_logging("trainer")
     try:
         config = validated_config(args.preset, train_overrides(args), args.nproc, args.out,
-                                  args.resume)
+                                  args.resume, init_from=_path(args.init_from),
+                                  tokenizer_from=_path(args.tokenizer_from))
     except (ConfigError, ValueError, OSError) as exc:
         print(f"mindmotor train: error: {exc}", file=sys.stderr)
         return EXIT_BAD_CONFIG
@@ -88,7 +96,8 @@ def cmd_train(args) -> int:
     from .loop import RunOptions
 
     exit_on_sigterm()
-    options = RunOptions(run_name=args.run_name, resume=args.resume,
+    options = RunOptions(run_name=args.run_name, resume=args.resume, init_from=_path(args.init_from),
+                         tokenizer_from=_path(args.tokenizer_from or args.init_from),
                          events_path=str(args.events) if args.events else None,
                          show_progress=not args.no_progress)
     try:
@@ -101,6 +110,10 @@ def cmd_train(args) -> int:
 
         exit_finished_rank()
     return 0
+
+
+def _path(value: Path | None) -> str | None:
+    return str(value.expanduser().resolve()) if value is not None else None
 
 
 # ---- mindmotor trainer ------------------------------------------------------------------------

@@ -31,10 +31,14 @@ class PackedData:
     val: np.ndarray     # [n_val, seq_len + 1] int64
 
 
-def token_stream(tokenizer: HFTokenizer, documents: list[Document]) -> np.ndarray:
-    """All documents, hash-ordered, each followed by EOS: [num_tokens] int64."""
+def token_stream(tokenizer: HFTokenizer, documents: list[Document], eos: int | None = None) -> np.ndarray:
+    """All documents, hash-ordered, each followed by EOS (`eos`, default `<|endoftext|>`'s id):
+    [num_tokens] int64."""
     ordered = sorted(documents, key=lambda d: hashlib.sha256(d.text.encode()).hexdigest())
-    eos = tokenizer.token_to_id(EOS_TOKEN)
+    eos = tokenizer.token_to_id(EOS_TOKEN) if eos is None else eos
+    if eos is None:
+        raise ConfigError(f"the tokenizer has no {EOS_TOKEN} token and its tokenizer_config.json names no "
+                          "eos_token: documents cannot be separated")
     encodings = tokenizer.encode_batch([d.text for d in ordered], add_special_tokens=False)
     pieces = [np.array(e.ids + [eos], dtype=np.int64) for e in encodings]
     return np.concatenate(pieces)

@@ -6,6 +6,7 @@
 Everything is written into `<root>/.tmp-<version>-<random>`, flushed to disk, and only then renamed
 to `<root>/<version>`: a crash leaves either the whole version or no version (and at most a
 `.tmp-*` directory that the store never lists). On an error the temporary directory is removed.
+Files are 0644 and directories 0755 (`permissions.py`): the serving user is often another one.
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ import torch
 from safetensors.torch import save_file
 from tokenizers import Tokenizer as HFTokenizer
 
-from mindmotor.common.tokenizer import save_tokenizer
+from mindmotor.common.tokenizer import (TOKENIZER_CONFIG_FILE, TOKENIZER_FILE, TokenizerFiles,
+                                        save_tokenizer)
 from mindmotor.model.config import CheckpointError, LlamaConfig
 
 from .manifest import build_manifest, write_manifest
 from .model import LlamaForCausalLM
+from .permissions import make_dirs, make_readable
 
 TRAINER_STATE_NAME = "trainer_state.pt"
 
@@ -44,23 +47,28 @@ class CheckpointInfo:
     config_digest: str
     train_config: dict
     world_size: int = 1
+    init_from: str | None = None        # the checkpoint whose weights the run started from
+    tokenizer_from: str | None = None   # the checkpoint whose tokenizer files it kept
 
 
 def export_checkpoint(root: str | Path, info: CheckpointInfo, model: LlamaForCausalLM,
-                      tokenizer: HFTokenizer, trainer_state: dict | None = None) -> Path:
-    """Write the checkpoint `info.version` into the store at `root`; return its directory."""
+                      tokenizer: HFTokenizer, trainer_state: dict | None = None,
+                      tokenizer_files: TokenizerFiles | None = None) -> Path:
+    """Write the checkpoint `info.version` into the store at `root`; return its directory. With
+    `tokenizer_files`, those are the checkpoint's tokenizer files, byte for byte."""
     root = Path(root)
     final = root / info.version
     if final.exists():
         raise CheckpointError(f"{final}: version already exists")
-    root.mkdir(parents=True, exist_ok=True)
+    make_dirs(root)
     tmp = root / f".tmp-{info.version}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
-        write_hf_files(tmp, model, tokenizer)
+        write_hf_files(tmp, model, tokenizer, tokenizer_files)
         if trainer_state is not None:
             torch.save(trainer_state, tmp / TRAINER_STATE_NAME)
         write_manifest(tmp, build_manifest(tmp, **manifest_info(info, model.config)))
+        make_readable(tmp)
         fsync_tree(tmp)
         os.rename(tmp, final)
         fsync_dir(root)
@@ -70,7 +78,8 @@ def export_checkpoint(root: str | Path, info: CheckpointInfo, model: LlamaForCau
     return final
 
 
-def write_hf_files(directory: Path, model: LlamaForCausalLM, tokenizer: HFTokenizer) -> None:
+def write_hf_files(directory: Path, model: LlamaForCausalLM, tokenizer: HFTokenizer,
+                   tokenizer_files: TokenizerFiles | None = None) -> None:
     config = model.config
     save_file(model.hf_state_dict(), str(directory / "model.safetensors"), metadata={"format": "pt"})
     write_json(directory / "config.json", config.to_hf_dict())
@@ -79,7 +88,12 @@ def write_hf_files(directory: Path, model: LlamaForCausalLM, tokenizer: HFTokeni
         "eos_token_id": config.eos_token_id,
         "pad_token_id": config.eos_token_id,
     })
-    save_tokenizer(tokenizer, directory, model_max_length=config.max_position_embeddings)
+    if tokenizer_files is not None:
+        (directory / TOKENIZER_FILE).write_bytes(tokenizer_files.tokenizer_json)
+        if tokenizer_files.tokenizer_config_json:
+            (directory / TOKENIZER_CONFIG_FILE).write_bytes(tokenizer_files.tokenizer_config_json)
+    else:
+        save_tokenizer(tokenizer, directory, model_max_length=config.max_position_embeddings)
 
 
 def manifest_info(info: CheckpointInfo, config: LlamaConfig) -> dict:
@@ -97,6 +111,8 @@ def manifest_info(info: CheckpointInfo, config: LlamaConfig) -> dict:
         "world_size": info.world_size,
         "num_parameters": config.num_parameters(),
         "torch_version": torch.__version__,
+        **({"init_from": info.init_from} if info.init_from else {}),
+        **({"tokenizer_from": info.tokenizer_from} if info.tokenizer_from else {}),
     }
 
 

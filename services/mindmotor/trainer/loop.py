@@ -11,6 +11,7 @@ loss curve up to floating-point reassociation.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import random
@@ -23,7 +24,7 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer as HFTokenizer
 
-from mindmotor.common.tokenizer import EOS_TOKEN, train_bpe
+from mindmotor.common.tokenizer import EOS_TOKEN, TokenizerFiles, train_bpe
 
 from .config import TrainConfig
 from .corpus import corpus_digest, read_documents
@@ -45,6 +46,8 @@ log = logging.getLogger("mindmotor.trainer")
 class RunOptions:
     run_name: str | None = None        # versions are named `<run_name>-step<NNNNNN>`
     resume: str | None = None          # latest | promoted | a version name | a checkpoint path
+    init_from: str | None = None       # a checkpoint directory whose weights the run starts from
+    tokenizer_from: str | None = None  # a checkpoint directory whose tokenizer the run keeps
     events_path: str | None = None     # JSON-lines progress events (for the trainer service)
     stop_after_step: int | None = None  # stop (with a checkpoint) after this step
     show_progress: bool = True
@@ -87,6 +90,8 @@ class Run:
         self.resume_dir = self.store.resolve(options.resume) if options.resume else None
         self.result = TrainResult()
         self.parent: str | None = None
+        self.tokenizer_files: TokenizerFiles | None = None   # kept byte for byte (not trained here)
+        self.eos_id: int | None = None
 
     # ---- the run, top to bottom -------------------------------------------------------------
     def execute(self) -> TrainResult:
@@ -95,7 +100,7 @@ class Run:
         documents = read_documents(cfg.corpus, cfg.max_corpus_bytes)
         self.corpus_digest = corpus_digest(documents)
         self.tokenizer = self.fit_tokenizer(documents)
-        self.data: PackedData = pack(token_stream(self.tokenizer, documents), cfg.seq_len,
+        self.data: PackedData = pack(token_stream(self.tokenizer, documents, self.eos_id), cfg.seq_len,
                                      cfg.val_fraction)
         self.model = self.build_model()
         self.params = [p for p in self.model.parameters() if p.requires_grad]
@@ -132,9 +137,17 @@ class Run:
         np.random.seed(seed % 2**32)
 
     def fit_tokenizer(self, documents) -> HFTokenizer:
-        """The resumed checkpoint's tokenizer, or a BPE trained (by rank 0) on the corpus."""
-        if self.resume_dir is not None:
-            return HFTokenizer.from_file(str(self.resume_dir / "tokenizer.json"))
+        """The resumed checkpoint's tokenizer, or --tokenizer-from's (both kept byte for byte), or
+        a BPE trained (by rank 0) on the corpus."""
+        source = self.resume_dir or (Path(self.options.tokenizer_from) if self.options.tokenizer_from else None)
+        if source is not None:
+            from .init_from import tokenizer_source
+
+            found = tokenizer_source(source)
+            self.tokenizer_files, self.eos_id = found.files, found.eos_token_id
+            log.info("tokenizer kept", extra={"from": str(source), "digest": found.digest,
+                                              "vocab_size": found.vocab_size})
+            return HFTokenizer.from_str(found.files.tokenizer_json.decode())
         text = None
         if self.ctx.is_main:
             log.info("training tokenizer", extra={"documents": len(documents),
@@ -145,9 +158,22 @@ class Run:
 
     def build_model(self) -> LlamaForCausalLM:
         cfg = self.config
-        model_config = cfg.model_config(eos_token_id=self.tokenizer.token_to_id(EOS_TOKEN))
+        eos = self.eos_id if self.eos_id is not None else self.tokenizer.token_to_id(EOS_TOKEN)
+        model_config = cfg.model_config(eos_token_id=eos)
+        init = None
+        if self.options.init_from:
+            from .init_from import init_source, load_init_weights
+
+            init = init_source(self.options.init_from)
+            model_config = dataclasses.replace(model_config, architecture=init.model_config.architecture,
+                                               bos_token_id=init.model_config.bos_token_id,
+                                               eos_token_id=init.model_config.eos_token_id or eos)
         model = LlamaForCausalLM(model_config, activation_checkpointing=cfg.activation_checkpointing)
         model.init_weights(cfg.init_std, torch.Generator().manual_seed(cfg.seed))
+        if init is not None:
+            load_init_weights(model, init.directory)
+            self.parent = init.version
+            log.info("weights loaded", extra={"from": str(init.directory), "parent": init.version})
         broadcast_parameters(model, self.ctx)
         return model.train()
 
@@ -245,9 +271,11 @@ class Run:
                 version=version, run=self.run_name, parent=self.parent, step=step,
                 val_loss=val_loss, corpus_digest=self.corpus_digest,
                 config_digest=self.config.digest(), train_config=self.config.to_dict(),
-                world_size=self.ctx.world_size)
+                world_size=self.ctx.world_size, init_from=self.options.init_from,
+                tokenizer_from=self.options.tokenizer_from)
             state = trainer_state(step, self.optimizer, self.scaler, rng, self.config)
-            path = export_checkpoint(self.store.root, info, self.model, self.tokenizer, state)
+            path = export_checkpoint(self.store.root, info, self.model, self.tokenizer, state,
+                                     tokenizer_files=self.tokenizer_files)
             self.parent = version
             self.result.checkpoints.append(version)
             self.reporter.checkpoint(step=step, version=version, path=str(path), val_loss=val_loss)

@@ -17,6 +17,7 @@ from pathlib import Path
 from mindmotor.model.config import CheckpointError
 
 from .manifest import MANIFEST_NAME, read_manifest, verify_checkpoint
+from .permissions import FILE_MODE
 
 PROMOTED_NAME = "PROMOTED"
 
@@ -78,6 +79,7 @@ class CheckpointStore:
         verify_checkpoint(found.path)
         tmp = self.root / f".{PROMOTED_NAME}.{os.getpid()}"
         tmp.write_text(version + "\n")
+        os.chmod(tmp, FILE_MODE)
         os.replace(tmp, self.root / PROMOTED_NAME)
         return found
 

@@ -17,9 +17,20 @@ from .store import CheckpointStore
 
 
 def validated_config(preset_name: str, overrides: dict, nproc: int, store_root: str | Path,
-                     resume: str | None = None) -> TrainConfig:
-    """The preset with `overrides`, checked, with corpus paths made absolute."""
+                     resume: str | None = None, init_from: str | None = None,
+                     tokenizer_from: str | None = None) -> TrainConfig:
+    """The preset with `overrides`, checked, with corpus paths made absolute; with `init_from`
+    shaped like that checkpoint, with `tokenizer_from` (default: `init_from`) sized for its
+    tokenizer (`init_from.py`)."""
     config = load_config(preset_name or "demo", overrides)
+    if init_from or tokenizer_from:
+        from .init_from import init_source, shaped_like, tokenizer_source
+
+        if resume:
+            raise ConfigError("--resume continues a run where it stopped; --init-from and --tokenizer-from start "
+                              "a new one: use one or the other")
+        init = init_source(init_from) if init_from else None
+        config = shaped_like(config, init, tokenizer_source(tokenizer_from or init_from), set(overrides))
     config.check_world_size(nproc)
     config = dataclasses.replace(
         config, corpus=tuple(str(Path(p).expanduser().resolve()) for p in config.corpus))
