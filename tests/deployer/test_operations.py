@@ -82,8 +82,10 @@ async def test_rollout_refusals_change_nothing(ops, tampered_ckpt):
         (dict(version="v2", checkpoint="", canary=10), InvalidArgument, "previous: the deployment has versions v1, b"),
         (dict(version="v2", checkpoint="", canary=0, previous="v1"), InvalidArgument, "canary: a percent"),
         (dict(version="b", checkpoint="", canary=10, previous="v1"), FailedPrecondition, "already exists"),
-        (dict(version="v2", checkpoint="", canary=50, previous="v1"), FailedPrecondition,
+        (dict(version="v2", checkpoint="", canary=50, previous="v1", allow_tokenizer_change=True), FailedPrecondition,
          "a canary of 50% is more traffic than v1 has"),
+        (dict(version="v2", checkpoint="", canary=10, previous="v1"), FailedPrecondition,
+         "v2's checkpoint has another tokenizer than v1"),
     ]
     for kwargs, error, message in refusals:
         with pytest.raises(error, match=message):

@@ -129,7 +129,7 @@ async def test_a_rollout_turns_canary_when_ready_or_fails_at_its_deadline(loop):
     await loop.step()
     assert ("remove", "demo", "v2") in loop.backend.calls
 
-    await loop.ops.rollout("demo", "v3", "", canary=20, ready_timeout_s=5)
+    await loop.ops.rollout("demo", "v3", "", canary=20, ready_timeout_s=5, allow_tokenizer_change=True)
     await loop.step()
     loop.backend.replicas[("demo", "v3", 0)] = Replica("demo", "v3", 0, CRASHED, exited_at=loop.clock.now,
                                                        exit_code=1, failures=1)

@@ -2,9 +2,11 @@
 
     mindmotor deployer --port 50070 --controller 127.0.0.1:50050 [--backend local|kubernetes]
         [--redis-url redis://127.0.0.1:6379/0] [--admin-token T] [--metrics-port N]
+        [--coordinator http://127.0.0.1:8000] [--analysis-error-margin F] [--analysis-ttft-margin F] ...
     mindmotor deploy apply -f SPEC.yaml | get NAME | list | delete NAME
     mindmotor deploy traffic NAME v1=90 v2=10
-    mindmotor deploy rollout NAME --version v2 --checkpoint DIR --canary 10
+    mindmotor deploy rollout NAME --version v2 --checkpoint DIR --canary 10 [--allow-tokenizer-change]
+        [--error-margin F] [--ttft-margin F] [--window S] [--min-requests N] [--no-analysis]
     mindmotor deploy promote NAME | rollback NAME
 
 `deployer` prints `MINDMOTOR_DEPLOYER_READY port=N metrics_port=M` on stdout once it serves (with
@@ -76,6 +78,21 @@ def _register_deployer(subparsers) -> None:
                              "(default: %(default)s)")
     timing.add_argument("--deployer-id", default=None, help="the lease holder's name (default: host-pid-random)")
 
+    canary = parser.add_argument_group("canary analysis (defaults for every rollout; see docs/operations.md)")
+    canary.add_argument("--coordinator", action="append", default=[], metavar="URL[,URL]",
+                        help="a coordinator's HTTP base URL (http://host:port) whose /metrics (per-version requests, "
+                             "errors, TTFT) judge canaries; repeatable. None: no automatic rollback")
+    canary.add_argument("--analysis-error-margin", type=float, default=0.05,
+                        help="a canary fails when its error rate exceeds the previous version's by more than this "
+                             "fraction of requests; < 0: not judged (default: %(default)s)")
+    canary.add_argument("--analysis-ttft-margin", type=float, default=0.5,
+                        help="... or its p90 TTFT exceeds the previous version's by more than this fraction; "
+                             "< 0: not judged (default: %(default)s)")
+    canary.add_argument("--analysis-window", type=float, default=60.0,
+                        help="seconds of figures judged, from the start of the canary phase (default: %(default)s)")
+    canary.add_argument("--analysis-min-requests", type=int, default=20,
+                        help="requests the canary needs in the window before it is judged (default: %(default)s)")
+
     local = parser.add_argument_group("local backend")
     local.add_argument("--log-dir", default=None, help="replica logs (default: a temporary directory)")
     local.add_argument("--worker-host", default="127.0.0.1",
@@ -98,9 +115,15 @@ def config_from_args(args: argparse.Namespace):
     """ValueError for inconsistent values."""
     from pathlib import Path
 
+    from .analysis import AnalysisSettings
     from .config import DeployerConfig, KubernetesSettings
 
+    coordinators = tuple(u.strip() for item in args.coordinator for u in item.split(",") if u.strip())
     return DeployerConfig(
+        coordinators=coordinators,
+        analysis=AnalysisSettings(max_error_rate_increase=args.analysis_error_margin,
+                                  max_ttft_p90_increase=args.analysis_ttft_margin, window_s=args.analysis_window,
+                                  min_requests=args.analysis_min_requests),
         controllers=args.controller, host=args.host, port=args.port, metrics_port=args.metrics_port,
         backend=args.backend, redis_url=args.redis_url, redis_prefix=args.redis_prefix,
         admin_token=args.admin_token, controller_token=args.controller_token,
@@ -150,6 +173,8 @@ def _register_deploy(subparsers) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     apply = actions.add_parser("apply", parents=[common], help="create or update a deployment from a spec file")
     apply.add_argument("-f", "--file", required=True, help="the spec (YAML or JSON; see examples/deployments/)")
+    apply.add_argument("--allow-tokenizer-change", action="store_true",
+                       help="accept new versions whose tokenizer or chat template differs from the serving ones'")
     apply.set_defaults(func=cmd_apply)
     get = actions.add_parser("get", parents=[common], help="one deployment: spec, replicas, traffic, rollout")
     get.add_argument("name")
@@ -174,6 +199,17 @@ def _register_deploy(subparsers) -> None:
     rollout.add_argument("--timeout", type=float, default=0.0,
                          help="seconds its replicas have to become ready (default: the deployer's --rollout-timeout)")
     rollout.add_argument("--no-wait", action="store_true", help="return once the rollout is recorded")
+    rollout.add_argument("--allow-tokenizer-change", action="store_true",
+                         help="accept a checkpoint whose tokenizer or chat template differs from the previous "
+                              "version's (each request is then tokenized by the version that serves it)")
+    judged = rollout.add_argument_group("canary analysis (default: the deployer's --analysis-* settings)")
+    judged.add_argument("--error-margin", type=float, default=0.0, metavar="FRACTION",
+                        help="roll back when the canary's error rate exceeds the previous version's by more")
+    judged.add_argument("--ttft-margin", type=float, default=0.0, metavar="FRACTION",
+                        help="roll back when the canary's p90 TTFT exceeds the previous version's by more")
+    judged.add_argument("--window", type=float, default=0.0, metavar="S", help="seconds of figures judged")
+    judged.add_argument("--min-requests", type=int, default=0, help="canary requests needed before judging")
+    judged.add_argument("--no-analysis", action="store_true", help="no automatic rollback for this rollout")
     rollout.set_defaults(func=cmd_rollout)
     promote = actions.add_parser("promote", parents=[common], help="give the canary all the traffic, remove the old")
     promote.add_argument("name")
@@ -217,7 +253,7 @@ def cmd_apply(args) -> int:
     except SpecError as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_USAGE
-    return _run(args, lambda client: client.apply(spec))
+    return _run(args, lambda client: client.apply(spec, allow_tokenizer_change=args.allow_tokenizer_change))
 
 
 def cmd_get(args) -> int:
@@ -259,7 +295,11 @@ def cmd_rollout(args) -> int:
 
     def call(client):
         deployment = client.rollout(args.name, args.version, checkpoint, args.canary, args.replicas, args.previous,
-                                    args.timeout)
+                                    args.timeout, allow_tokenizer_change=args.allow_tokenizer_change,
+                                    analysis={"max_error_rate_increase": args.error_margin,
+                                              "max_ttft_p90_increase": args.ttft_margin, "window_s": args.window,
+                                              "min_requests": args.min_requests},
+                                    disable_analysis=args.no_analysis)
         if args.no_wait:
             return deployment
         deployment = client.wait_rollout(args.name, timeout_s=deployment.rollout.deadline - deployment.updated_at + 30)

@@ -45,8 +45,9 @@ class DeployerClient:
     def _call(self, method, request):
         return method(request, timeout=self.timeout_s, metadata=self.metadata)
 
-    def apply(self, spec: DeploymentSpec) -> pb.Deployment:
-        return self._call(self.stub.Apply, pb.ApplyRequest(spec=spec_to_proto(spec)))
+    def apply(self, spec: DeploymentSpec, allow_tokenizer_change: bool = False) -> pb.Deployment:
+        return self._call(self.stub.Apply, pb.ApplyRequest(spec=spec_to_proto(spec),
+                                                           allow_tokenizer_change=allow_tokenizer_change))
 
     def get(self, name: str) -> pb.Deployment:
         return self._call(self.stub.Get, pb.GetDeploymentRequest(name=name))
@@ -61,10 +62,14 @@ class DeployerClient:
         return self._call(self.stub.SetTraffic, pb.SetDeploymentTrafficRequest(name=name, weights=weights))
 
     def rollout(self, name: str, version: str, checkpoint: str = "", canary: float = 10.0, replicas: int = 0,
-                previous: str = "", ready_timeout_s: float = 0.0) -> pb.Deployment:
+                previous: str = "", ready_timeout_s: float = 0.0, allow_tokenizer_change: bool = False,
+                analysis: dict | None = None, disable_analysis: bool = False) -> pb.Deployment:
+        """`analysis`: RolloutAnalysis fields (max_error_rate_increase, max_ttft_p90_increase,
+        window_s, min_requests); those left out or 0 take the deployer's defaults."""
         return self._call(self.stub.Rollout, pb.RolloutRequest(
             name=name, version=version, checkpoint=checkpoint, canary=canary, replicas=replicas, previous=previous,
-            ready_timeout_s=ready_timeout_s))
+            ready_timeout_s=ready_timeout_s, allow_tokenizer_change=allow_tokenizer_change,
+            analysis=pb.RolloutAnalysis(**(analysis or {})), disable_analysis=disable_analysis))
 
     def promote(self, name: str) -> pb.Deployment:
         return self._call(self.stub.Promote, pb.PromoteRequest(name=name))

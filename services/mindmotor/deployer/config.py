@@ -11,6 +11,8 @@ from pathlib import Path
 
 from mindmotor.common.store import DEFAULT_PREFIX
 
+from .analysis import AnalysisSettings
+
 READY_PREFIX = "MINDMOTOR_DEPLOYER_READY"
 OWNER_LEASE = "owner"          # under the store prefix: the deployer that acts on its deployments
 BACKENDS = ("local", "kubernetes")
@@ -53,6 +55,8 @@ class DeployerConfig:
     worker_host: str = "127.0.0.1"         # local replicas listen (and are reached) here
     log_dir: Path | None = None            # local replicas' logs; None: a temporary directory
     kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
+    coordinators: tuple[str, ...] = ()     # coordinator base URLs whose /metrics canary analysis reads
+    analysis: AnalysisSettings = field(default_factory=AnalysisSettings)   # defaults for every rollout
 
     def __post_init__(self):
         for name in ("port", "metrics_port"):
@@ -63,8 +67,18 @@ class DeployerConfig:
         for name in ("reconcile_interval_s", "rollout_timeout_s", "restart_initial_s", "restart_max_s", "lease_ttl_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        for url in self.coordinators:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"a coordinator is an http(s):// URL (its /metrics is read), got {url!r}")
         if self.drain_timeout_s < 0:
             raise ValueError(f"drain timeout must be at least 0, got {self.drain_timeout_s}")
+
+    @property
+    def analysis_defaults(self) -> AnalysisSettings:
+        """The analysis every rollout gets unless it says otherwise: off without coordinators."""
+        from dataclasses import replace
+
+        return replace(self.analysis, enabled=self.analysis.enabled and bool(self.coordinators))
 
     @property
     def store_prefix(self) -> str:

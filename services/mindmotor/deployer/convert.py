@@ -26,14 +26,18 @@ def spec_from_proto(message: pb.DeploymentSpec) -> DeploymentSpec:
     return parse_spec(data, "spec")
 
 
-def record_to_proto(record: DeploymentRecord, observed: list[VersionStatus]) -> pb.Deployment:
+def record_to_proto(record: DeploymentRecord, observed: list[VersionStatus], figures: str = "") -> pb.Deployment:
     """The record with the versions' status: desired replicas and weights from the record itself
-    (always current), what runs and is ready from the reconcile loop's last pass (`observed`)."""
+    (always current), what runs and is ready from the reconcile loop's last pass (`observed`), and
+    the rollout's last canary analysis (`figures`)."""
     message = pb.Deployment(spec=spec_to_proto(record.spec), generation=record.generation,
                             deleting=record.deleting, updated_at=record.updated_at,
                             versions=[pb.VersionStatus(**asdict(v)) for v in current_status(record, observed)])
     if record.rollout is not None:
-        message.rollout.CopyFrom(pb.RolloutStatus(**asdict(record.rollout)))
+        fields = asdict(record.rollout)
+        analysis = fields.pop("analysis") or {"enabled": False}
+        message.rollout.CopyFrom(pb.RolloutStatus(**fields, analysis=pb.RolloutAnalysis(**analysis),
+                                                  figures=figures if record.rollout.active else ""))
     return message
 
 

@@ -21,7 +21,8 @@ class DeployerMetrics:
                            per_version, registry=r)
         self.weight = Gauge(p + "traffic_weight", "Traffic weight of the version", per_version, registry=r)
         self.actions = Counter(p + "reconcile_actions", "Actions the reconcile loop took, by kind "
-                               "(scale, restart, remove, traffic, rollout_ready, rollout_failed, forget)",
+                               "(scale, restart, remove, traffic, rollout_ready, rollout_failed, rollout_analysis_failed, "
+                               "forget)",
                                ["deployment", "version", "action"], registry=r)
         self.restarts = Counter(p + "restarts", "Crashed replicas started again", per_version, registry=r)
         self.rollout = Gauge(p + "rollout_phase", "1 for the phase of the deployment's last rollout",
@@ -29,6 +30,8 @@ class DeployerMetrics:
         self.passes = Histogram(p + "reconcile_duration_seconds", "Time of one reconcile pass",
                                 buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5), registry=r)
         self.errors = Counter(p + "reconcile_errors", "Reconcile passes that failed", ["reason"], registry=r)
+        self.coordinator_reads = Counter(p + "coordinator_metrics_reads", "Reads of a coordinator's /metrics for "
+                                         "canary analysis, by outcome (ok, failed)", ["outcome"], registry=r)
         self.owner = Gauge(p + "owner", "1 while this deployer holds the owner lease (acts), 0 on standby",
                            registry=r)
 

@@ -18,9 +18,16 @@ from pydantic import ValidationError
 from mindmotor.model.config import CheckpointError
 
 from . import rollout
+from .analysis import AnalysisSettings
 from .records import ACTIVE_PHASES, CANARY, DeploymentRecord
-from .spec import DeploymentSpec, VersionSpec, check_traffic, describe_errors, verify_checkpoint
+from .spec import (DeploymentSpec, VersionSpec, check_traffic, describe_errors, tokenizer_difference,
+                   tokenizer_files, verify_checkpoint)
 from .store import DeploymentStore
+
+TOKENIZER_ADVICE = ("; the coordinators would tokenize its requests for the other version. Train it from the "
+                    "serving checkpoint (`mindmotor train --init-from DIR` or `--tokenizer-from DIR`), or allow "
+                    "the change (--allow-tokenizer-change): each request is then tokenized with the tokenizer of "
+                    "the version that serves it")
 
 
 class DeployerError(Exception):
@@ -41,11 +48,13 @@ class FailedPrecondition(DeployerError):
 
 class Deployments:
     def __init__(self, store: DeploymentStore, on_change: Callable[[], None] = lambda: None,
-                 rollout_timeout_s: float = 120.0, clock: Callable[[], float] = time.time):
+                 rollout_timeout_s: float = 120.0, clock: Callable[[], float] = time.time,
+                 analysis: AnalysisSettings = AnalysisSettings(enabled=False)):
         self.store = store
         self.on_change = on_change
         self.rollout_timeout_s = rollout_timeout_s
         self.clock = clock
+        self.analysis = analysis           # the defaults; enabled when the deployer reads coordinator metrics
 
     # ---- reads ------------------------------------------------------------------------------
     async def get(self, name: str) -> DeploymentRecord:
@@ -58,10 +67,13 @@ class Deployments:
         return await self.store.list()
 
     # ---- Apply ------------------------------------------------------------------------------
-    async def apply(self, spec: DeploymentSpec) -> DeploymentRecord:
+    async def apply(self, spec: DeploymentSpec, allow_tokenizer_change: bool = False) -> DeploymentRecord:
         existing = await self.store.get(spec.name)
         known = {v.name: v for v in existing.spec.versions} if existing else {}
         spec = await self._with_verified_checkpoints(spec, skip=set(known))
+        if not allow_tokenizer_change:
+            serving = list(existing.spec.versions) if existing else spec.versions[:1]
+            await _check_same_tokenizer(serving, [v for v in spec.versions if v.name not in known])
         await self._check_model_is_free(spec)
         now = self.clock()
         if existing is None and await self.store.create(DeploymentRecord(spec=spec, updated_at=now)):
@@ -122,7 +134,8 @@ class Deployments:
 
     # ---- Rollout, Promote, Rollback ---------------------------------------------------------
     async def rollout(self, name: str, version: str, checkpoint: str, canary: float, replicas: int = 0,
-                      previous: str = "", ready_timeout_s: float = 0.0) -> DeploymentRecord:
+                      previous: str = "", ready_timeout_s: float = 0.0, allow_tokenizer_change: bool = False,
+                      analysis: dict | None = None, disable_analysis: bool = False) -> DeploymentRecord:
         record = await self.get(name)
         _check_not_deleting(record)
         _check_no_rollout(record)
@@ -132,6 +145,10 @@ class Deployments:
             raise InvalidArgument(f"canary: a percent of the traffic in (0, 100], got {canary:g}")
         checkpoint = await _verified(checkpoint, "checkpoint")
         new = new.model_copy(update={"checkpoint": checkpoint})
+        changed = await _tokenizer_change(old, new)
+        if changed and not allow_tokenizer_change:
+            raise FailedPrecondition(changed + TOKENIZER_ADVICE)
+        settings = self._analysis_settings(analysis or {}, disable_analysis)
         timeout_s = ready_timeout_s or self.rollout_timeout_s
         now = self.clock()
 
@@ -147,9 +164,23 @@ class Deployments:
                 raise FailedPrecondition(f"a canary of {canary:g}% is more traffic than {old.name} has "
                                          f"({current.spec.traffic.get(old.name, 0.0):g} of "
                                          f"{sum(current.spec.traffic.values()):g})")
-            rollout.begin(current, new, old.name, canary, now, timeout_s)
+            rollout.begin(current, new, old.name, canary, now, timeout_s,
+                          analysis=settings.to_dict() if settings.enabled else None, tokenizer_change=bool(changed))
 
         return await self._update(name, change)
+
+    def _analysis_settings(self, given: dict, disabled: bool) -> AnalysisSettings:
+        """The deployer's defaults with the request's non-zero values; InvalidArgument for bad
+        ones, FailedPrecondition when asked for analysis this deployer cannot do."""
+        if disabled:
+            return AnalysisSettings(enabled=False)
+        if any(given.values()) and not self.analysis.enabled:
+            raise FailedPrecondition("analysis settings given, but this deployer reads no coordinator metrics "
+                                     "(start it with --coordinator URL) and cannot judge a canary; leave them out")
+        try:
+            return self.analysis.overridden(**given)
+        except ValueError as exc:
+            raise InvalidArgument(f"analysis: {exc}") from None
 
     async def promote(self, name: str) -> DeploymentRecord:
         now = self.clock()
@@ -195,6 +226,29 @@ async def _verified(checkpoint: str, field: str) -> str:
     except CheckpointError as exc:
         raise InvalidArgument(f"{field}: {exc}") from None
     return str(directory) if checkpoint else ""
+
+
+async def _tokenizer_change(serving: VersionSpec, new: VersionSpec) -> str | None:
+    """None if `new` tokenizes like `serving`, else what differs (both digests named)."""
+    def compare() -> str | None:
+        return tokenizer_difference(serving.name, tokenizer_files(serving.checkpoint), new.name,
+                                    tokenizer_files(new.checkpoint))
+
+    try:
+        return await asyncio.to_thread(compare)
+    except CheckpointError as exc:
+        raise InvalidArgument(f"checkpoint: {exc}") from None
+
+
+async def _check_same_tokenizer(serving: list[VersionSpec], new: list[VersionSpec]) -> None:
+    """FailedPrecondition if a new version's tokenizer differs from the serving versions'."""
+    for version in new:
+        for other in serving:
+            if other.name != version.name:
+                changed = await _tokenizer_change(other, version)
+                if changed:
+                    raise FailedPrecondition(changed + TOKENIZER_ADVICE)
+                break
 
 
 def _check_update(record: DeploymentRecord, spec: DeploymentSpec) -> None:

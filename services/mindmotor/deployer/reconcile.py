@@ -6,6 +6,9 @@ only while this deployer holds the owner lease, when several share one store):
 1. read every `DeploymentRecord` from the store and every replica from the backend;
 2. move a rollout on: all new replicas ready in the controller → canary traffic; its deadline
    passed → failed and rolled back, with the reason (written to the store before anything else);
+   a canary whose analysis (`analysis.py`, on the coordinators' per-version figures read each
+   pass: `coordinator_metrics.py`) finds it worse than the previous version → failed and rolled
+   back, the figures in the reason;
 3. push the deployment's traffic weights to the controller when the routing table shows others;
 4. per version: `scale` when the replica slots differ from the desired count (start missing ones,
    drain surplus ones), `restart` crashed replicas whose backoff has passed; `remove` versions
@@ -29,11 +32,13 @@ from typing import Callable
 from mindmotor.common.store import StoreUnavailable
 
 from . import rollout
+from .analysis import AnalysisSettings, judge
 from .backends.base import CRASHED, STOPPING, Backend, Replica, VersionTarget
 from .backoff import RestartBackoff
 from .controller_link import ControllerLink, TrafficRefused
+from .coordinator_metrics import CoordinatorFigures
 from .metrics import DeployerMetrics
-from .records import STARTING, DeploymentRecord
+from .records import CANARY, STARTING, DeploymentRecord
 from .store import REMOVE, DeploymentStore
 
 log = logging.getLogger("mindmotor.deployer")
@@ -55,7 +60,8 @@ class VersionStatus:
 class Reconciler:
     def __init__(self, deployments: DeploymentStore, backend: Backend, controller: ControllerLink,
                  metrics: DeployerMetrics, interval_s: float = 1.0, backoff: RestartBackoff = RestartBackoff(),
-                 clock: Callable[[], float] = time.time, active: Callable[[], bool] = lambda: True):
+                 clock: Callable[[], float] = time.time, active: Callable[[], bool] = lambda: True,
+                 coordinator_figures: CoordinatorFigures | None = None):
         self.deployments = deployments
         self.active = active              # False: a standby deployer (another one holds the owner lease)
         self.backend = backend
@@ -65,6 +71,8 @@ class Reconciler:
         self.backoff = backoff
         self.clock = clock
         self.status: dict[str, list[VersionStatus]] = {}     # deployment -> versions, as last seen
+        self.coordinator_figures = coordinator_figures
+        self.figures: dict[str, str] = {}                    # deployment -> its canary's last analysis
         self.passes = 0
         self._restarts: Counter[tuple[str, str]] = Counter()
         self._last_failure: dict[tuple[str, str], str] = {}
@@ -108,8 +116,12 @@ class Reconciler:
         records = await self.deployments.list()
         replicas = await self.backend.observe()
         now = self.clock()
+        if any(self._analysed(r) for r in records):
+            await self.coordinator_figures.sample()
         for record in records:
             record = await self._advance_rollout(record, replicas, now)
+            if record is not None and self._analysed(record):
+                record = await self._analyse(record, now)
             if record is None:
                 continue
             await self._sync_traffic(record, now)
@@ -149,6 +161,37 @@ class Reconciler:
             log_fn(f"rollout {updated.rollout.phase}", extra={
                 "deployment": record.name, "version": state.version, "previous": state.previous,
                 "reason": updated.rollout.reason, "traffic": updated.spec.traffic})
+        return updated
+
+    def _analysed(self, record: DeploymentRecord) -> bool:
+        state = record.rollout
+        return (state is not None and state.phase == CANARY and bool(state.analysis) and not record.deleting
+                and self.coordinator_figures is not None and self.coordinator_figures.enabled)
+
+    async def _analyse(self, record: DeploymentRecord, now: float) -> DeploymentRecord | None:
+        """Judge the canary on the coordinators' figures; roll it back if it failed."""
+        state = record.rollout
+        settings = AnalysisSettings.from_dict(state.analysis)
+        figures, covered = self.coordinator_figures.window(record.spec.model, [state.version, state.previous],
+                                                           since=state.canary_at, window_s=settings.window_s)
+        verdict = judge(settings, state.version, figures[state.version], state.previous, figures[state.previous],
+                        covered)
+        self.figures[record.name] = verdict.summary
+        if not verdict.failed:
+            return record
+        reason = f"canary analysis: {verdict.summary}; rolled back"
+
+        def apply(current: DeploymentRecord):
+            if current.rollout is not None and current.rollout.phase == CANARY and current.rollout.version == state.version:
+                rollout.roll_back(current, reason, now, failed=True)
+
+        updated = await self.deployments.update(record.name, apply)
+        if updated is not None and updated.rollout is not None and updated.rollout.phase != CANARY:
+            self.figures.pop(record.name, None)
+            self._count(record.name, state.version, "rollout_analysis_failed")
+            log.warning("rollout failed its canary analysis; rolled back", extra={
+                "deployment": record.name, "version": state.version, "previous": state.previous,
+                "reason": reason, "traffic": updated.spec.traffic})
         return updated
 
     def _not_ready_reason(self, deployment: str, version: str, ready: int, wanted: int,

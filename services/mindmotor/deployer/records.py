@@ -25,6 +25,9 @@ class RolloutState:
     started_at: float = 0.0
     deadline: float = 0.0             # STARTING: not all ready by then -> FAILED (rolled back)
     updated_at: float = 0.0
+    analysis: dict | None = None      # AnalysisSettings.to_dict() the canary is judged by (None: off)
+    tokenizer_change: bool = False    # the new version was allowed another tokenizer / chat template
+    canary_at: float = 0.0            # when the canary phase began (the analysis window starts there)
 
     @property
     def active(self) -> bool:

@@ -7,7 +7,8 @@
     promote   the new version takes the previous one's whole share; the previous version leaves
               the spec (its replicas drain); phase "promoted"
     roll_back the new version's share goes back to the previous one and the new version leaves the
-              spec; phase "rolled_back" (the operator) or "failed" (the deadline passed)
+              spec; phase "rolled_back" (the operator) or "failed" (the deadline passed, or the
+              canary analysis found it worse than the previous version: analysis.py)
 
 Traffic moves by weights, not by rewriting every version's weight: other versions of the
 deployment (an A/B split) keep theirs throughout.
@@ -27,13 +28,13 @@ def canary_share(traffic: dict[str, float], canary: float) -> float:
 
 
 def begin(record: DeploymentRecord, new: VersionSpec, previous: str, canary: float, now: float,
-          timeout_s: float) -> None:
+          timeout_s: float, analysis: dict | None = None, tokenizer_change: bool = False) -> None:
     spec = record.spec.to_dict()
     spec["versions"].append(new.model_dump(mode="json"))
     _set_spec(record, spec, now)
     record.rollout = RolloutState(
         version=new.name, previous=previous, canary=canary, phase=STARTING, started_at=now, updated_at=now,
-        deadline=now + timeout_s,
+        deadline=now + timeout_s, analysis=analysis, tokenizer_change=tokenizer_change,
         reason=f"waiting for {new.replicas} replica(s) of {new.name} to be ready (at most {timeout_s:g} s)")
 
 
@@ -44,6 +45,7 @@ def ready(record: DeploymentRecord, now: float) -> None:
     traffic[rollout.previous] = round(traffic.get(rollout.previous, 0.0) - share, WEIGHT_DIGITS)
     traffic[rollout.version] = round(traffic.get(rollout.version, 0.0) + share, WEIGHT_DIGITS)
     _set_spec(record, {**record.spec.to_dict(), "traffic": traffic}, now)
+    rollout.canary_at = now
     _phase(record, CANARY, f"{rollout.version} is ready and takes {rollout.canary:g}% of the traffic", now)
 
 

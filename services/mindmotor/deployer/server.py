@@ -36,6 +36,7 @@ from .backends import Backend, make_backend
 from .backoff import RestartBackoff
 from .config import OWNER_LEASE, DeployerConfig, ready_line
 from .controller_link import ControllerLink
+from .coordinator_metrics import CoordinatorFigures
 from .metrics import DeployerMetrics
 from .operations import Deployments
 from .reconcile import Reconciler
@@ -59,12 +60,16 @@ class DeployerServer:
         self.controller = ControllerLink(config.controllers, config.traffic_token, on_change=self._table_changed)
         self.elector = LeaderElector(self.store, config.deployer_id, config.lease_ttl_s, OWNER_LEASE,
                                      on_change=self._ownership_changed)
+        self.coordinator_figures = CoordinatorFigures(
+            list(config.coordinators), on_read=lambda outcome: self.metrics.coordinator_reads.labels(outcome).inc())
         self.reconciler = Reconciler(DeploymentStore(self.store), self.backend, self.controller, self.metrics,
                                      config.reconcile_interval_s,
                                      RestartBackoff(config.restart_initial_s, config.restart_max_s),
-                                     active=lambda: self.elector.is_leader)
+                                     active=lambda: self.elector.is_leader,
+                                     coordinator_figures=self.coordinator_figures)
         self.deployments = Deployments(DeploymentStore(self.store), on_change=self.reconciler.poke,
-                                       rollout_timeout_s=config.rollout_timeout_s)
+                                       rollout_timeout_s=config.rollout_timeout_s,
+                                       analysis=config.analysis_defaults)
         self.health = HealthServicer()
         self._tasks: set[asyncio.Task] = set()
         self._stopping = False
@@ -143,6 +148,7 @@ class DeployerServer:
         if self.grpc_server is not None:
             await self.grpc_server.stop(STOP_GRACE_S)
         await self.reconciler.stop()
+        await self.coordinator_figures.close()
         await self.backend.close()
         await self.elector.stop()                      # after the drain: no two owners' replicas at once
         await asyncio.gather(*self._tasks, return_exceptions=True)

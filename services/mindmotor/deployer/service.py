@@ -57,11 +57,13 @@ class DeployerService(deployer_pb2_grpc.DeployerServicer):
         self.owner = owner
 
     def _message(self, record: DeploymentRecord) -> pb.Deployment:
-        return record_to_proto(record, self.reconciler.status.get(record.name, []))
+        return record_to_proto(record, self.reconciler.status.get(record.name, []),
+                               self.reconciler.figures.get(record.name, ""))
 
     async def Apply(self, request, context):
         async with refusals(context, "Apply", request.spec.name, self.owner()):
-            record = await self.deployments.apply(spec_from_proto(request.spec))
+            record = await self.deployments.apply(spec_from_proto(request.spec),
+                                                  allow_tokenizer_change=request.allow_tokenizer_change)
         log.info("deployment applied", extra={"deployment": record.name, "generation": record.generation,
                                               "replicas": record.targets(), "traffic": record.spec.traffic})
         return self._message(record)
@@ -91,10 +93,13 @@ class DeployerService(deployer_pb2_grpc.DeployerServicer):
         async with refusals(context, "Rollout", request.name, self.owner()):
             record = await self.deployments.rollout(
                 request.name, request.version, request.checkpoint, request.canary, replicas=request.replicas,
-                previous=request.previous, ready_timeout_s=request.ready_timeout_s)
+                previous=request.previous, ready_timeout_s=request.ready_timeout_s,
+                allow_tokenizer_change=request.allow_tokenizer_change, analysis=_analysis_overrides(request.analysis),
+                disable_analysis=request.disable_analysis)
         log.info("rollout started", extra={"deployment": record.name, "version": request.version,
                                            "previous": record.rollout.previous, "canary": request.canary,
-                                           "deadline": record.rollout.deadline})
+                                           "deadline": record.rollout.deadline, "analysis": record.rollout.analysis,
+                                           "tokenizer_change": record.rollout.tokenizer_change})
         return self._message(record)
 
     async def Promote(self, request, context):
@@ -110,3 +115,10 @@ class DeployerService(deployer_pb2_grpc.DeployerServicer):
         log.info("rollout rolled back", extra={"deployment": record.name, "version": record.rollout.version,
                                                "reason": record.rollout.reason, "traffic": record.spec.traffic})
         return self._message(record)
+
+
+def _analysis_overrides(message: pb.RolloutAnalysis) -> dict:
+    """The request's analysis settings (0: the deployer's default; `enabled` is not a setting)."""
+    return {"max_error_rate_increase": message.max_error_rate_increase,
+            "max_ttft_p90_increase": message.max_ttft_p90_increase, "window_s": message.window_s,
+            "min_requests": message.min_requests}

@@ -5,6 +5,7 @@
       v1             2        2      2      90%         0  /ckpt/step-400
       v2             2        2      2      10%         0  /ckpt/step-800
       rollout v2 (replacing v1): canary — v2 is ready and takes 10% of the traffic
+      analysis: error margin 5 points, p90 TTFT margin 50%, window 60 s, min 20 requests — passing (...)
 """
 
 from __future__ import annotations
@@ -47,4 +48,11 @@ def describe(deployment: pb.Deployment) -> str:
     if deployment.HasField("rollout"):
         r = deployment.rollout
         lines.append(f"  rollout {r.version} (replacing {r.previous}): {r.phase} — {r.reason}")
+        if r.tokenizer_change:
+            lines.append(f"  {r.version} serves another tokenizer than {r.previous} (allowed)")
+        if r.analysis.enabled:
+            a = r.analysis
+            lines.append(f"  analysis: error margin {100 * a.max_error_rate_increase:g} points, p90 TTFT margin "
+                         f"{100 * a.max_ttft_p90_increase:g}%, window {a.window_s:g} s, min {a.min_requests} requests"
+                         + (f" — {r.figures}" if r.figures else ""))
     return "\n".join(lines)

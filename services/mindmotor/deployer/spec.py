@@ -210,3 +210,30 @@ def verify_checkpoint(checkpoint: str) -> Path:
     directory = resolve_model_dir(checkpoint or None)
     LlamaConfig.from_dir(directory)
     return directory.resolve()
+
+
+def tokenizer_files(checkpoint: str):
+    """The checkpoint's tokenizer files (`TokenizerFiles`: tokenizer.json, tokenizer_config.json);
+    "" is the bundled model. CheckpointError if it has none."""
+    from mindmotor.common.tokenizer import TokenizerError, TokenizerFiles
+    from mindmotor.model.checkpoint import resolve_model_dir
+    from mindmotor.model.config import CheckpointError
+
+    try:
+        return TokenizerFiles.read(resolve_model_dir(checkpoint or None))
+    except TokenizerError as exc:
+        raise CheckpointError(str(exc)) from None
+
+
+def tokenizer_difference(serving: str, serving_files, new: str, new_files) -> str | None:
+    """None if two versions tokenize alike (the same digest), else a sentence naming the version
+    that serves, the new one, what differs and both digests."""
+    if serving_files.digest() == new_files.digest():
+        return None
+    parts = []
+    if serving_files.tokenizer_json != new_files.tokenizer_json:
+        parts.append("the tokenizer (tokenizer.json)")
+    if serving_files.tokenizer_config_json != new_files.tokenizer_config_json:
+        parts.append("the chat template / special tokens (tokenizer_config.json)")
+    return (f"{new}'s checkpoint has another tokenizer than {serving}, which serves: {' and '.join(parts)} "
+            f"differ (tokenizer digest of {serving}: {serving_files.digest()}, of {new}: {new_files.digest()})")

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0e\x64\x65ployer.proto\x12\x0cmindmotor.v1\"\xc6\x01\n\x0e\x44\x65ploymentSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12+\n\x08versions\x18\x03 \x03(\x0b\x32\x19.mindmotor.v1.VersionSpec\x12:\n\x07traffic\x18\x04 \x03(\x0b\x32).mindmotor.v1.DeploymentSpec.TrafficEntry\x1a.\n\x0cTrafficEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\xb7\x02\n\x0bVersionSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\ncheckpoint\x18\x02 \x01(\t\x12\x10\n\x08replicas\x18\x03 \x01(\r\x12\x0f\n\x07prefill\x18\x04 \x01(\r\x12\x0e\n\x06\x64\x65\x63ode\x18\x05 \x01(\r\x12\x35\n\x06worker\x18\x06 \x03(\x0b\x32%.mindmotor.v1.VersionSpec.WorkerEntry\x12;\n\tresources\x18\x07 \x03(\x0b\x32(.mindmotor.v1.VersionSpec.ResourcesEntry\x1a-\n\x0bWorkerEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x30\n\x0eResourcesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xcf\x01\n\nDeployment\x12*\n\x04spec\x18\x01 \x01(\x0b\x32\x1c.mindmotor.v1.DeploymentSpec\x12\x12\n\ngeneration\x18\x02 \x01(\x04\x12,\n\x07rollout\x18\x03 \x01(\x0b\x32\x1b.mindmotor.v1.RolloutStatus\x12-\n\x08versions\x18\x04 \x03(\x0b\x32\x1b.mindmotor.v1.VersionStatus\x12\x10\n\x08\x64\x65leting\x18\x05 \x01(\x08\x12\x12\n\nupdated_at\x18\x06 \x01(\x01\"\x89\x01\n\rVersionStatus\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x0f\n\x07\x64\x65sired\x18\x02 \x01(\r\x12\x0f\n\x07running\x18\x03 \x01(\r\x12\r\n\x05ready\x18\x04 \x01(\r\x12\x10\n\x08restarts\x18\x05 \x01(\r\x12\x0e\n\x06weight\x18\x06 \x01(\x01\x12\x14\n\x0clast_failure\x18\x07 \x01(\t\"\x9b\x01\n\rRolloutStatus\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x10\n\x08previous\x18\x02 \x01(\t\x12\x0e\n\x06\x63\x61nary\x18\x03 \x01(\x01\x12\r\n\x05phase\x18\x04 \x01(\t\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x12\n\nstarted_at\x18\x06 \x01(\x01\x12\x10\n\x08\x64\x65\x61\x64line\x18\x07 \x01(\x01\x12\x12\n\nupdated_at\x18\x08 \x01(\x01\":\n\x0c\x41pplyRequest\x12*\n\x04spec\x18\x01 \x01(\x0b\x32\x1c.mindmotor.v1.DeploymentSpec\"$\n\x14GetDeploymentRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x18\n\x16ListDeploymentsRequest\"H\n\x17ListDeploymentsResponse\x12-\n\x0b\x64\x65ployments\x18\x01 \x03(\x0b\x32\x18.mindmotor.v1.Deployment\"\'\n\x17\x44\x65leteDeploymentRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\xa4\x01\n\x1bSetDeploymentTrafficRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12G\n\x07weights\x18\x02 \x03(\x0b\x32\x36.mindmotor.v1.SetDeploymentTrafficRequest.WeightsEntry\x1a.\n\x0cWeightsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\x90\x01\n\x0eRolloutRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x12\n\ncheckpoint\x18\x03 \x01(\t\x12\x0e\n\x06\x63\x61nary\x18\x04 \x01(\x01\x12\x10\n\x08replicas\x18\x05 \x01(\r\x12\x10\n\x08previous\x18\x06 \x01(\t\x12\x17\n\x0fready_timeout_s\x18\x07 \x01(\x01\"\x1e\n\x0ePromoteRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"/\n\x0fRollbackRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t2\xcc\x04\n\x08\x44\x65ployer\x12=\n\x05\x41pply\x12\x1a.mindmotor.v1.ApplyRequest\x1a\x18.mindmotor.v1.Deployment\x12\x43\n\x03Get\x12\".mindmotor.v1.GetDeploymentRequest\x1a\x18.mindmotor.v1.Deployment\x12S\n\x04List\x12$.mindmotor.v1.ListDeploymentsRequest\x1a%.mindmotor.v1.ListDeploymentsResponse\x12I\n\x06\x44\x65lete\x12%.mindmotor.v1.DeleteDeploymentRequest\x1a\x18.mindmotor.v1.Deployment\x12Q\n\nSetTraffic\x12).mindmotor.v1.SetDeploymentTrafficRequest\x1a\x18.mindmotor.v1.Deployment\x12\x41\n\x07Rollout\x12\x1c.mindmotor.v1.RolloutRequest\x1a\x18.mindmotor.v1.Deployment\x12\x41\n\x07Promote\x12\x1c.mindmotor.v1.PromoteRequest\x1a\x18.mindmotor.v1.Deployment\x12\x43\n\x08Rollback\x12\x1d.mindmotor.v1.RollbackRequest\x1a\x18.mindmotor.v1.Deploymentb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0e\x64\x65ployer.proto\x12\x0cmindmotor.v1\"\xc6\x01\n\x0e\x44\x65ploymentSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12+\n\x08versions\x18\x03 \x03(\x0b\x32\x19.mindmotor.v1.VersionSpec\x12:\n\x07traffic\x18\x04 \x03(\x0b\x32).mindmotor.v1.DeploymentSpec.TrafficEntry\x1a.\n\x0cTrafficEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\xb7\x02\n\x0bVersionSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\ncheckpoint\x18\x02 \x01(\t\x12\x10\n\x08replicas\x18\x03 \x01(\r\x12\x0f\n\x07prefill\x18\x04 \x01(\r\x12\x0e\n\x06\x64\x65\x63ode\x18\x05 \x01(\r\x12\x35\n\x06worker\x18\x06 \x03(\x0b\x32%.mindmotor.v1.VersionSpec.WorkerEntry\x12;\n\tresources\x18\x07 \x03(\x0b\x32(.mindmotor.v1.VersionSpec.ResourcesEntry\x1a-\n\x0bWorkerEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x30\n\x0eResourcesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xcf\x01\n\nDeployment\x12*\n\x04spec\x18\x01 \x01(\x0b\x32\x1c.mindmotor.v1.DeploymentSpec\x12\x12\n\ngeneration\x18\x02 \x01(\x04\x12,\n\x07rollout\x18\x03 \x01(\x0b\x32\x1b.mindmotor.v1.RolloutStatus\x12-\n\x08versions\x18\x04 \x03(\x0b\x32\x1b.mindmotor.v1.VersionStatus\x12\x10\n\x08\x64\x65leting\x18\x05 \x01(\x08\x12\x12\n\nupdated_at\x18\x06 \x01(\x01\"\x89\x01\n\rVersionStatus\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x0f\n\x07\x64\x65sired\x18\x02 \x01(\r\x12\x0f\n\x07running\x18\x03 \x01(\r\x12\r\n\x05ready\x18\x04 \x01(\r\x12\x10\n\x08restarts\x18\x05 \x01(\r\x12\x0e\n\x06weight\x18\x06 \x01(\x01\x12\x14\n\x0clast_failure\x18\x07 \x01(\t\"\x8a\x02\n\rRolloutStatus\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x10\n\x08previous\x18\x02 \x01(\t\x12\x0e\n\x06\x63\x61nary\x18\x03 \x01(\x01\x12\r\n\x05phase\x18\x04 \x01(\t\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x12\n\nstarted_at\x18\x06 \x01(\x01\x12\x10\n\x08\x64\x65\x61\x64line\x18\x07 \x01(\x01\x12\x12\n\nupdated_at\x18\x08 \x01(\x01\x12/\n\x08\x61nalysis\x18\t \x01(\x0b\x32\x1d.mindmotor.v1.RolloutAnalysis\x12\x18\n\x10tokenizer_change\x18\n \x01(\x08\x12\x11\n\tcanary_at\x18\x0b \x01(\x01\x12\x0f\n\x07\x66igures\x18\x0c \x01(\t\"\x8a\x01\n\x0fRolloutAnalysis\x12\x0f\n\x07\x65nabled\x18\x01 \x01(\x08\x12\x1f\n\x17max_error_rate_increase\x18\x02 \x01(\x01\x12\x1d\n\x15max_ttft_p90_increase\x18\x03 \x01(\x01\x12\x10\n\x08window_s\x18\x04 \x01(\x01\x12\x14\n\x0cmin_requests\x18\x05 \x01(\r\"Z\n\x0c\x41pplyRequest\x12*\n\x04spec\x18\x01 \x01(\x0b\x32\x1c.mindmotor.v1.DeploymentSpec\x12\x1e\n\x16\x61llow_tokenizer_change\x18\x02 \x01(\x08\"$\n\x14GetDeploymentRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x18\n\x16ListDeploymentsRequest\"H\n\x17ListDeploymentsResponse\x12-\n\x0b\x64\x65ployments\x18\x01 \x03(\x0b\x32\x18.mindmotor.v1.Deployment\"\'\n\x17\x44\x65leteDeploymentRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\xa4\x01\n\x1bSetDeploymentTrafficRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12G\n\x07weights\x18\x02 \x03(\x0b\x32\x36.mindmotor.v1.SetDeploymentTrafficRequest.WeightsEntry\x1a.\n\x0cWeightsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\xfb\x01\n\x0eRolloutRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x12\n\ncheckpoint\x18\x03 \x01(\t\x12\x0e\n\x06\x63\x61nary\x18\x04 \x01(\x01\x12\x10\n\x08replicas\x18\x05 \x01(\r\x12\x10\n\x08previous\x18\x06 \x01(\t\x12\x17\n\x0fready_timeout_s\x18\x07 \x01(\x01\x12\x1e\n\x16\x61llow_tokenizer_change\x18\x08 \x01(\x08\x12/\n\x08\x61nalysis\x18\t \x01(\x0b\x32\x1d.mindmotor.v1.RolloutAnalysis\x12\x18\n\x10\x64isable_analysis\x18\n \x01(\x08\"\x1e\n\x0ePromoteRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"/\n\x0fRollbackRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t2\xcc\x04\n\x08\x44\x65ployer\x12=\n\x05\x41pply\x12\x1a.mindmotor.v1.ApplyRequest\x1a\x18.mindmotor.v1.Deployment\x12\x43\n\x03Get\x12\".mindmotor.v1.GetDeploymentRequest\x1a\x18.mindmotor.v1.Deployment\x12S\n\x04List\x12$.mindmotor.v1.ListDeploymentsRequest\x1a%.mindmotor.v1.ListDeploymentsResponse\x12I\n\x06\x44\x65lete\x12%.mindmotor.v1.DeleteDeploymentRequest\x1a\x18.mindmotor.v1.Deployment\x12Q\n\nSetTraffic\x12).mindmotor.v1.SetDeploymentTrafficRequest\x1a\x18.mindmotor.v1.Deployment\x12\x41\n\x07Rollout\x12\x1c.mindmotor.v1.RolloutRequest\x1a\x18.mindmotor.v1.Deployment\x12\x41\n\x07Promote\x12\x1c.mindmotor.v1.PromoteRequest\x1a\x18.mindmotor.v1.Deployment\x12\x43\n\x08Rollback\x12\x1d.mindmotor.v1.RollbackRequest\x1a\x18.mindmotor.v1.Deploymentb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -54,27 +54,29 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_VERSIONSTATUS']._serialized_start=758
   _globals['_VERSIONSTATUS']._serialized_end=895
   _globals['_ROLLOUTSTATUS']._serialized_start=898
-  _globals['_ROLLOUTSTATUS']._serialized_end=1053
-  _globals['_APPLYREQUEST']._serialized_start=1055
-  _globals['_APPLYREQUEST']._serialized_end=1113
-  _globals['_GETDEPLOYMENTREQUEST']._serialized_start=1115
-  _globals['_GETDEPLOYMENTREQUEST']._serialized_end=1151
-  _globals['_LISTDEPLOYMENTSREQUEST']._serialized_start=1153
-  _globals['_LISTDEPLOYMENTSREQUEST']._serialized_end=1177
-  _globals['_LISTDEPLOYMENTSRESPONSE']._serialized_start=1179
-  _globals['_LISTDEPLOYMENTSRESPONSE']._serialized_end=1251
-  _globals['_DELETEDEPLOYMENTREQUEST']._serialized_start=1253
-  _globals['_DELETEDEPLOYMENTREQUEST']._serialized_end=1292
-  _globals['_SETDEPLOYMENTTRAFFICREQUEST']._serialized_start=1295
-  _globals['_SETDEPLOYMENTTRAFFICREQUEST']._serialized_end=1459
-  _globals['_SETDEPLOYMENTTRAFFICREQUEST_WEIGHTSENTRY']._serialized_start=1413
-  _globals['_SETDEPLOYMENTTRAFFICREQUEST_WEIGHTSENTRY']._serialized_end=1459
-  _globals['_ROLLOUTREQUEST']._serialized_start=1462
-  _globals['_ROLLOUTREQUEST']._serialized_end=1606
-  _globals['_PROMOTEREQUEST']._serialized_start=1608
-  _globals['_PROMOTEREQUEST']._serialized_end=1638
-  _globals['_ROLLBACKREQUEST']._serialized_start=1640
-  _globals['_ROLLBACKREQUEST']._serialized_end=1687
-  _globals['_DEPLOYER']._serialized_start=1690
-  _globals['_DEPLOYER']._serialized_end=2278
+  _globals['_ROLLOUTSTATUS']._serialized_end=1164
+  _globals['_ROLLOUTANALYSIS']._serialized_start=1167
+  _globals['_ROLLOUTANALYSIS']._serialized_end=1305
+  _globals['_APPLYREQUEST']._serialized_start=1307
+  _globals['_APPLYREQUEST']._serialized_end=1397
+  _globals['_GETDEPLOYMENTREQUEST']._serialized_start=1399
+  _globals['_GETDEPLOYMENTREQUEST']._serialized_end=1435
+  _globals['_LISTDEPLOYMENTSREQUEST']._serialized_start=1437
+  _globals['_LISTDEPLOYMENTSREQUEST']._serialized_end=1461
+  _globals['_LISTDEPLOYMENTSRESPONSE']._serialized_start=1463
+  _globals['_LISTDEPLOYMENTSRESPONSE']._serialized_end=1535
+  _globals['_DELETEDEPLOYMENTREQUEST']._serialized_start=1537
+  _globals['_DELETEDEPLOYMENTREQUEST']._serialized_end=1576
+  _globals['_SETDEPLOYMENTTRAFFICREQUEST']._serialized_start=1579
+  _globals['_SETDEPLOYMENTTRAFFICREQUEST']._serialized_end=1743
+  _globals['_SETDEPLOYMENTTRAFFICREQUEST_WEIGHTSENTRY']._serialized_start=1697
+  _globals['_SETDEPLOYMENTTRAFFICREQUEST_WEIGHTSENTRY']._serialized_end=1743
+  _globals['_ROLLOUTREQUEST']._serialized_start=1746
+  _globals['_ROLLOUTREQUEST']._serialized_end=1997
+  _globals['_PROMOTEREQUEST']._serialized_start=1999
+  _globals['_PROMOTEREQUEST']._serialized_end=2029
+  _globals['_ROLLBACKREQUEST']._serialized_start=2031
+  _globals['_ROLLBACKREQUEST']._serialized_end=2078
+  _globals['_DEPLOYER']._serialized_start=2081
+  _globals['_DEPLOYER']._serialized_end=2669
 # @@protoc_insertion_point(module_scope)

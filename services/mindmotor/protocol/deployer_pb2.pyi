@@ -92,7 +92,7 @@ class VersionStatus(_message.Message):
     def __init__(self, version: _Optional[str] = ..., desired: _Optional[int] = ..., running: _Optional[int] = ..., ready: _Optional[int] = ..., restarts: _Optional[int] = ..., weight: _Optional[float] = ..., last_failure: _Optional[str] = ...) -> None: ...
 
 class RolloutStatus(_message.Message):
-    __slots__ = ("version", "previous", "canary", "phase", "reason", "started_at", "deadline", "updated_at")
+    __slots__ = ("version", "previous", "canary", "phase", "reason", "started_at", "deadline", "updated_at", "analysis", "tokenizer_change", "canary_at", "figures")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_FIELD_NUMBER: _ClassVar[int]
     CANARY_FIELD_NUMBER: _ClassVar[int]
@@ -101,6 +101,10 @@ class RolloutStatus(_message.Message):
     STARTED_AT_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_FIELD_NUMBER: _ClassVar[int]
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    ANALYSIS_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_CHANGE_FIELD_NUMBER: _ClassVar[int]
+    CANARY_AT_FIELD_NUMBER: _ClassVar[int]
+    FIGURES_FIELD_NUMBER: _ClassVar[int]
     version: str
     previous: str
     canary: float
@@ -109,13 +113,33 @@ class RolloutStatus(_message.Message):
     started_at: float
     deadline: float
     updated_at: float
-    def __init__(self, version: _Optional[str] = ..., previous: _Optional[str] = ..., canary: _Optional[float] = ..., phase: _Optional[str] = ..., reason: _Optional[str] = ..., started_at: _Optional[float] = ..., deadline: _Optional[float] = ..., updated_at: _Optional[float] = ...) -> None: ...
+    analysis: RolloutAnalysis
+    tokenizer_change: bool
+    canary_at: float
+    figures: str
+    def __init__(self, version: _Optional[str] = ..., previous: _Optional[str] = ..., canary: _Optional[float] = ..., phase: _Optional[str] = ..., reason: _Optional[str] = ..., started_at: _Optional[float] = ..., deadline: _Optional[float] = ..., updated_at: _Optional[float] = ..., analysis: _Optional[_Union[RolloutAnalysis, _Mapping]] = ..., tokenizer_change: _Optional[bool] = ..., canary_at: _Optional[float] = ..., figures: _Optional[str] = ...) -> None: ...
+
+class RolloutAnalysis(_message.Message):
+    __slots__ = ("enabled", "max_error_rate_increase", "max_ttft_p90_increase", "window_s", "min_requests")
+    ENABLED_FIELD_NUMBER: _ClassVar[int]
+    MAX_ERROR_RATE_INCREASE_FIELD_NUMBER: _ClassVar[int]
+    MAX_TTFT_P90_INCREASE_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_S_FIELD_NUMBER: _ClassVar[int]
+    MIN_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    enabled: bool
+    max_error_rate_increase: float
+    max_ttft_p90_increase: float
+    window_s: float
+    min_requests: int
+    def __init__(self, enabled: _Optional[bool] = ..., max_error_rate_increase: _Optional[float] = ..., max_ttft_p90_increase: _Optional[float] = ..., window_s: _Optional[float] = ..., min_requests: _Optional[int] = ...) -> None: ...
 
 class ApplyRequest(_message.Message):
-    __slots__ = ("spec",)
+    __slots__ = ("spec", "allow_tokenizer_change")
     SPEC_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_TOKENIZER_CHANGE_FIELD_NUMBER: _ClassVar[int]
     spec: DeploymentSpec
-    def __init__(self, spec: _Optional[_Union[DeploymentSpec, _Mapping]] = ...) -> None: ...
+    allow_tokenizer_change: bool
+    def __init__(self, spec: _Optional[_Union[DeploymentSpec, _Mapping]] = ..., allow_tokenizer_change: _Optional[bool] = ...) -> None: ...
 
 class GetDeploymentRequest(_message.Message):
     __slots__ = ("name",)
@@ -155,7 +179,7 @@ class SetDeploymentTrafficRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ..., weights: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class RolloutRequest(_message.Message):
-    __slots__ = ("name", "version", "checkpoint", "canary", "replicas", "previous", "ready_timeout_s")
+    __slots__ = ("name", "version", "checkpoint", "canary", "replicas", "previous", "ready_timeout_s", "allow_tokenizer_change", "analysis", "disable_analysis")
     NAME_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
@@ -163,6 +187,9 @@ class RolloutRequest(_message.Message):
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_FIELD_NUMBER: _ClassVar[int]
     READY_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_TOKENIZER_CHANGE_FIELD_NUMBER: _ClassVar[int]
+    ANALYSIS_FIELD_NUMBER: _ClassVar[int]
+    DISABLE_ANALYSIS_FIELD_NUMBER: _ClassVar[int]
     name: str
     version: str
     checkpoint: str
@@ -170,7 +197,10 @@ class RolloutRequest(_message.Message):
     replicas: int
     previous: str
     ready_timeout_s: float
-    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., checkpoint: _Optional[str] = ..., canary: _Optional[float] = ..., replicas: _Optional[int] = ..., previous: _Optional[str] = ..., ready_timeout_s: _Optional[float] = ...) -> None: ...
+    allow_tokenizer_change: bool
+    analysis: RolloutAnalysis
+    disable_analysis: bool
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., checkpoint: _Optional[str] = ..., canary: _Optional[float] = ..., replicas: _Optional[int] = ..., previous: _Optional[str] = ..., ready_timeout_s: _Optional[float] = ..., allow_tokenizer_change: _Optional[bool] = ..., analysis: _Optional[_Union[RolloutAnalysis, _Mapping]] = ..., disable_analysis: _Optional[bool] = ...) -> None: ...
 
 class PromoteRequest(_message.Message):
     __slots__ = ("name",)

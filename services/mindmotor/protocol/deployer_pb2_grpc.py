@@ -85,6 +85,10 @@ class DeployerServicer:
         is verified first (its manifest, when it has one). A version's checkpoint, roles and worker
         settings cannot change once it exists (FAILED_PRECONDITION: roll out a new version instead);
         neither can the served model name. Refused during a rollout (promote or roll back first).
+        A version new to an existing deployment whose checkpoint's tokenizer or chat template
+        (tokenizer.json, tokenizer_config.json) differs from the serving versions' is refused
+        (FAILED_PRECONDITION naming both digests) unless `allow_tokenizer_change`; so are the versions
+        of a new deployment that differ from each other.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -127,6 +131,13 @@ class DeployerServicer:
         recorded (phase "starting"); Get shows its progress. If the replicas are not all ready within
         the timeout, the rollout fails by itself: the new version is removed, the traffic is what it
         was, and the phase is "failed" with the reason.
+        A checkpoint whose tokenizer or chat template differs from the previous version's is refused
+        (FAILED_PRECONDITION naming both digests) unless `allow_tokenizer_change` (the coordinators
+        then tokenize each request with the tokenizer of the version that serves it).
+        In the canary phase the rollout is analysed (`analysis`, when the deployer reads coordinator
+        metrics): a canary whose error rate or p90 time to first token is worse than the previous
+        version's by more than the margins over the window is rolled back by itself — phase "failed",
+        the figures in the reason.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
