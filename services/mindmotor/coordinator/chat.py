@@ -17,7 +17,7 @@ from .state import Coordinator, request_id
 
 
 async def create_chat_completion(c: Coordinator, body: ChatCompletionRequest, request: Request) -> Response:
-    model = c.catalog.resolve(body.model)
+    model = c.catalog.resolve(body.model, c.router.choose_version)   # the version first: its tokenizer
     request.state.model = model.name
     if body.top_logprobs and not body.logprobs:
         raise BadRequest("top_logprobs requires logprobs to be true", param="top_logprobs")

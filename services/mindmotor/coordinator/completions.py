@@ -17,7 +17,7 @@ from .state import Coordinator, request_id
 
 
 async def create_completion(c: Coordinator, body: CompletionRequest, request: Request) -> Response:
-    model = c.catalog.resolve(body.model)
+    model = c.catalog.resolve(body.model, c.router.choose_version)   # the version first: its tokenizer
     request.state.model = model.name
     if body.echo and body.logprobs is not None:
         raise BadRequest("echo together with logprobs is not supported", param="echo")

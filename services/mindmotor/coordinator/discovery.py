@@ -16,12 +16,19 @@ It runs on the event loop, woken by every write to the routing table:
   served with: if a local directory's differs, a warning (local wins); if a discovered one's, an
   error (the first one stays). An instance that turns unhealthy is checked again when it comes
   back (it may have been restarted on another checkpoint).
+- An instance of a deployment version whose digest differs (a rollout allowed to change the
+  tokenizer): the version's digest is noted in the catalog and, the first time a digest is seen,
+  its tokenizer is fetched (`ModelInfo` in full) — requests routed to that version are then
+  tokenized with it (`models.py`), for a model with a local directory too (the versions that match
+  it use the local one). Instances without a version that differ are a conflict (error), or, for a
+  local model, a warning (local wins).
 - A discovered model that no healthy instance serves with its tokenizer for `discovery_forget_s`
   (all its instances left, or only ones with another tokenizer remain — a rollout that changed
   it): discovered again from the remaining instances, else dropped from the catalog. Until then
   its requests go on as before (503 "no healthy instance" when none is routable).
 
-Every outcome is counted in `mindmotor_coordinator_model_discovery_total{model, outcome}`.
+Every outcome is counted in `mindmotor_coordinator_model_discovery_total{model, outcome}`
+(`version_tokenizer`: a version that serves its own tokenizer).
 """
 
 from __future__ import annotations
@@ -192,9 +199,20 @@ class ModelDiscovery:
         if expected is None:          # forgotten meanwhile: the next pass discovers it again
             return
         fields = {"model": view.model, "instance_id": view.instance_id, "address": view.address,
-                  "digest": digest, "expected_digest": expected}
+                  "version": view.version, "digest": digest, "expected_digest": expected}
+        if view.version:
+            self.catalog.note_version(view.model, view.version, digest)
         if digest == expected:
             outcome = "matched"
+        elif view.version:
+            outcome = "version_tokenizer"
+            if not self.catalog.has_tokenizer(digest):
+                entry = await self._fetch_tokenizer(view)
+                if entry is None:
+                    del self._digests[view.instance_id]      # checked again on the next pass
+                    return
+                self.catalog.add_tokenizer(entry)
+            log.info("a version serves its own tokenizer; its requests are tokenized with it", extra=fields)
         elif self.catalog.is_local(view.model):
             outcome = "local_differs"
             log.warning("an instance serves another tokenizer than the local checkpoint directory's; "
@@ -204,6 +222,19 @@ class ModelDiscovery:
             log.error("instances of one model serve different tokenizers; the first one discovered is "
                       "used", extra=fields)
         self.metrics.model_discovery.labels(view.model, outcome).inc()
+
+    async def _fetch_tokenizer(self, view: InstanceView) -> ModelTokenizer | None:
+        def pick(_attempt: int) -> InstanceView | None:
+            current = self.table.get(view.instance_id)
+            return view if current is not None and current.healthy and current.address == view.address else None
+
+        async def fetch(v: InstanceView) -> ModelTokenizer:
+            info = await self._model_info(v, digest_only=False)
+            files = TokenizerFiles(info.tokenizer_json, info.tokenizer_config_json)
+            return await asyncio.to_thread(ModelTokenizer.build, files, f"ModelInfo of {v.address}")
+
+        found = await self._retrying(view.model, pick, fetch)
+        return None if found is None else found[1]
 
     # ---- ModelInfo, with retries ---------------------------------------------------------
     async def _model_info(self, view: InstanceView, digest_only: bool) -> pb.ModelInfoResponse:

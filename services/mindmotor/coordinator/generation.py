@@ -69,6 +69,7 @@ class GenerationRequest:
     sampling: SamplingOptions
     max_new_tokens: int                       # resolved max_tokens (for the load estimate)
     priority: int = 0
+    versions: frozenset[str] | None = None    # the versions its prompt was tokenized for (None: any)
 
 
 class Generation:
@@ -126,12 +127,12 @@ class Generation:
         model = self.request.model
         for roles in role_groups:
             try:
-                return self.router.pick(model, self.route, exclude=tried, roles=roles)
+                return self.router.pick(model, self.route, exclude=tried, roles=roles, versions=self.request.versions)
             except ServiceUnavailable:
                 continue
         if not tried:
             raise NoInstanceAvailableError(model)
-        return self.router.pick(model, self.route)
+        return self.router.pick(model, self.route, versions=self.request.versions)
 
     # ---- the prefill/decode split -------------------------------------------------------------
     async def _prefill_remotely(self) -> Piece | None:
@@ -139,7 +140,7 @@ class Generation:
         None to run the choice the ordinary way (no prefill instance, or it failed)."""
         req = self.request
         try:
-            instance = self.router.pick(req.model, self.route, roles=PREFILL_ROLES)
+            instance = self.router.pick(req.model, self.route, roles=PREFILL_ROLES, versions=req.versions)
         except ServiceUnavailable:
             return None
         cost = len(req.prompt_token_ids)

@@ -41,8 +41,20 @@ class CoordinatorMetrics:
                                     "by reason", ["model", "reason"], registry=r)
         self.instances = Gauge(p + "routable_instances", "routable instances per model", ["model"], registry=r)
         self.model_discovery = Counter(p + "model_discovery_total", "ModelInfo outcomes of model discovery: "
-                                       "discovered, matched, conflict, local_differs, failed, forgotten",
+                                       "discovered, matched, version_tokenizer, conflict, local_differs, failed, "
+                                       "forgotten",
                                        ["model", "outcome"], registry=r)
+
+        # Per deployment version (canary analysis reads these: deployer/coordinator_metrics.py). A
+        # request counts for the version of the instance that served its first choice; an error is
+        # a request that was routed and then failed (any status, or an error event in a stream).
+        per_version = ["model", "version"]
+        self.version_requests = Counter(p + "version_requests", "generation requests routed, per model version",
+                                        per_version, registry=r)
+        self.version_errors = Counter(p + "version_errors", "routed generation requests that failed, per model "
+                                      "version", per_version, registry=r)
+        self.version_ttft = Histogram(p + "version_time_to_first_token_seconds", "from arrival to the first "
+                                      "token, per model version", per_version, buckets=LATENCY_BUCKETS, registry=r)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

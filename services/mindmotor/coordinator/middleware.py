@@ -2,7 +2,9 @@
 
 - `RequestIdMiddleware`: a request id (the client's `X-Request-Id` if it is sane, else a new one)
   in the log context, in `scope["state"]` and in the `X-Request-Id` response header; one access
-  log line and the requests counter per request.
+  log line and the requests counter per request. The instances and versions that served a
+  generation request (`respond.py` puts them in the state) go into the `X-MindMotor-Instance` and
+  `X-MindMotor-Version` headers and the log line.
 - `GateMiddleware`: the API key (401) and the per-key rate limit (429) of the API paths — before
   the body is read or parsed.
 - `BodyLimitMiddleware`: bodies over the limit are refused with 413 before parsing, whether the
@@ -65,7 +67,9 @@ class RequestIdMiddleware:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                message = {**message, "headers": [*message.get("headers", ()), (b"x-request-id", rid.encode())]}
+                served = [(b"x-mindmotor-instance", state.get("instances")), (b"x-mindmotor-version", state.get("versions"))]
+                message = {**message, "headers": [*message.get("headers", ()), (b"x-request-id", rid.encode()),
+                                                  *((k, v.encode()) for k, v in served if v)]}
             await send(message)
 
         with request_context(rid):
@@ -77,7 +81,8 @@ class RequestIdMiddleware:
                     self.metrics.requests.labels(path, state.get("model", ""), str(status or 499)).inc()
                 log.info("request", extra={"method": scope.get("method"), "path": path, "status": status,
                                            "duration_s": round(time.perf_counter() - started, 6),
-                                           "model": state.get("model")})
+                                           "model": state.get("model"), "instance": state.get("instances") or None,
+                                           "version": state.get("versions") or None})
 
 
 class GateMiddleware:

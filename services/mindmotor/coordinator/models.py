@@ -7,6 +7,16 @@ discovery (`discovery.py`) adds it once an instance answered `ModelInfo`. Both a
 `Tokenizer.from_files` from the same two files, so a discovered model tokenizes exactly as it
 would from its directory. A model is served (listed, resolvable) once its tokenizer is known:
 configured ones always, discovered ones from discovery until discovery forgets them.
+
+Versions with another tokenizer. A rollout may be allowed to serve a model's versions with
+different tokenizers (the Deployer's `allow_tokenizer_change`). Discovery then records the digest
+each version's instances report (`note_version`) and the tokenizer of every digest it meets
+(`add_tokenizer`). For a generation request, `resolve(name, choose_version)` picks the version
+first — by the traffic weights, among the versions whose tokenizer is known — and returns the
+model with that version's tokenizer and the versions that share it (`ServedModel.versions`): the
+request is tokenized with that tokenizer and routed (retries included) only to those versions.
+While every version tokenizes alike (the normal case) nothing is restricted. An instance not
+checked yet counts as serving the model's tokenizer.
 """
 
 from __future__ import annotations
@@ -14,6 +24,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Collection
 
 from mindmotor.common.tokenizer import Tokenizer, TokenizerFiles
 
@@ -30,6 +41,7 @@ class ServedModel:
     max_model_len: int          # 0: no instance has reported it yet
     root: str                   # the checkpoint directory (the model name, when discovered)
     tokens: TokenText           # single-token text and bytes (logprobs), cached
+    versions: frozenset[str] | None = None   # routed only to these versions (None: any)
 
 
 @dataclass(frozen=True)
@@ -52,6 +64,9 @@ class ModelCatalog:
         self._local: dict[str, ModelTokenizer] = {}        # checkpoint directory -> its tokenizer
         self._discovered: dict[str, ModelTokenizer] = {}   # model -> the tokenizer its workers sent
         self._tokens: dict[str, TokenText] = {}
+        self._by_digest: dict[str, ModelTokenizer] = {}          # digest -> tokenizer (versions' own)
+        self._version_digest: dict[tuple[str, str], str] = {}     # (model, version) -> digest reported
+        self._version_tokens: dict[str, TokenText] = {}          # digest -> its TokenText
 
     # ---- local checkpoint directories ----------------------------------------------------
     def load_local(self) -> None:
@@ -78,6 +93,24 @@ class ModelCatalog:
     def forget(self, name: str) -> None:
         self._discovered.pop(name, None)
         self._tokens.pop(name, None)
+        for key in [k for k in self._version_digest if k[0] == name]:
+            del self._version_digest[key]
+
+    # ---- versions with their own tokenizer (written by discovery.py) ----------------------
+    def note_version(self, model: str, version: str, digest: str) -> None:
+        """The instances of `version` serve the tokenizer `digest`."""
+        self._version_digest[(model, version)] = digest
+
+    def add_tokenizer(self, entry: ModelTokenizer) -> None:
+        self._by_digest.setdefault(entry.digest, entry)
+
+    def has_tokenizer(self, digest: str) -> bool:
+        return digest in self._by_digest or any(e.digest == digest for e in self._discovered.values()) \
+            or any(e.digest == digest for e in self._local.values())
+
+    def version_digest(self, model: str, version: str) -> str | None:
+        """The digest `version` of `model` tokenizes with (unchecked: the model's)."""
+        return self._version_digest.get((model, version)) or self.digest(model)
 
     # ---- read by the routes and discovery ------------------------------------------------
     def knows(self, name: str) -> bool:
@@ -100,8 +133,11 @@ class ModelCatalog:
     def root(self, name: str) -> str:
         return self.settings.tokenizer_dir(name) or name
 
-    def resolve(self, name: str) -> ServedModel:
-        """The model a request names (or the only one, when it names none); BadRequest if unknown."""
+    def resolve(self, name: str,
+                choose_version: Callable[[str, Collection[str]], str | None] | None = None) -> ServedModel:
+        """The model a request names (or the only one, when it names none); BadRequest if unknown.
+        With `choose_version` (the router's weighted pick among versions) and versions that
+        tokenize differently: the chosen version's tokenizer and the versions sharing it."""
         names = self.names()
         if not name:
             if len(names) != 1:
@@ -114,7 +150,29 @@ class ModelCatalog:
         tokens = self._tokens.get(name)
         if tokens is None or tokens.tokenizer is not tokenizer:
             tokens = self._tokens[name] = TokenText(tokenizer)
-        return ServedModel(name, tokenizer, self.max_model_len(name), self.root(name), tokens)
+        served = ServedModel(name, tokenizer, self.max_model_len(name), self.root(name), tokens)
+        return self._for_version(served, choose_version) if choose_version is not None else served
+
+    def _for_version(self, served: ServedModel,
+                     choose_version: Callable[[str, Collection[str]], str | None]) -> ServedModel:
+        name = served.name
+        versions = {v.version for v in self.table.candidates(name)}
+        digests = {v: self.version_digest(name, v) for v in versions}
+        if len(set(digests.values())) <= 1:
+            return served                                  # every version tokenizes alike
+        known = [v for v, d in digests.items() if d == self.digest(name) or d in self._by_digest]
+        version = choose_version(name, known) if known else None
+        if version is None:
+            return served
+        digest = digests[version]
+        allowed = frozenset(v for v, d in digests.items() if d == digest)
+        if digest == self.digest(name):
+            return ServedModel(name, served.tokenizer, served.max_model_len, served.root, served.tokens, allowed)
+        entry = self._by_digest[digest]
+        tokens = self._version_tokens.get(digest)
+        if tokens is None:
+            tokens = self._version_tokens[digest] = TokenText(entry.tokenizer)
+        return ServedModel(name, entry.tokenizer, served.max_model_len, served.root, tokens, allowed)
 
     def tokenizer(self, name: str) -> Tokenizer:
         return self._entry(name).tokenizer

@@ -38,9 +38,10 @@ async def generate(c: Coordinator, request: Request, request_id: str, model: Ser
             index = len(generations)
             req = GenerationRequest(request_id=f"{request_id}-{index}", model=model.name,
                                     prompt_token_ids=prompt.token_ids, sampling=sampling.for_choice(j),
-                                    max_new_tokens=max_new[p_index], priority=priority)
+                                    max_new_tokens=max_new[p_index], priority=priority, versions=model.versions)
             generations.append(Generation(req, c.router, c.channels, c.metrics,
                                           ChoiceTimer(c.metrics, model.name, arrival), c.settings.max_retry,
                                           c.settings.prefill_timeout_s))
             prompt_indices.append(p_index)
-    return await respond(request, ChoiceSet(generations), prompt_indices, fmt, stream, include_usage, ticket)
+    return await respond(request, ChoiceSet(generations), prompt_indices, fmt, stream, include_usage, ticket,
+                         c.metrics, model.name)

@@ -2,10 +2,20 @@
 a JSON body (all choices collected), or an SSE stream (chunks as they come, the usage chunk when
 asked, `[DONE]`; an error after the stream began is sent as an `{"error": ...}` event). Either way
 the worker calls stop and the admission ticket is given back when the response ends, or when the
-client goes away."""
+client goes away.
+
+Who served it: `request.state.instances` / `.versions` (comma-separated, in choice order, each
+once) become the `X-MindMotor-Instance` / `X-MindMotor-Version` response headers and fields of the
+access log line (`middleware.py`). A JSON body names the instances that finished each choice (after
+a failover, the last one); a stream's headers go out once every choice has its first token (the
+choices are routed before the response starts), so they name the instances that produced the first
+tokens — a stream moved to another instance later is named in the access log line, not the headers.
+The request is counted for the version of its first choice (`version_requests`, `version_errors`,
+`version_ttft` per choice: what canary analysis judges)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import AsyncIterator, Protocol
 
 from starlette.requests import Request
@@ -13,9 +23,10 @@ from starlette.responses import JSONResponse, Response
 
 from .admission import Ticket
 from .disconnect import until_disconnect
-from .errors import APIError
+from .errors import APIError, ClientGone
 from .fanout import ChoiceSet
 from .generation import Piece, Usage
+from .metrics import CoordinatorMetrics
 from .results import ChoiceResult, total_usage
 from .sse import DONE, EventStreamResponse, event
 
@@ -28,23 +39,79 @@ class OutputFormat(Protocol):
 
 
 async def respond(request: Request, choices: ChoiceSet, prompt_indices: list[int], fmt: OutputFormat,
-                  stream: bool, include_usage: bool, ticket: Ticket) -> Response:
+                  stream: bool, include_usage: bool, ticket: Ticket, metrics: CoordinatorMetrics | None = None,
+                  model: str = "") -> Response:
+    served = ServedBy(request, choices, metrics, model)
+
     async def close() -> None:
         await choices.aclose()
         ticket.release()
+        served.finish()
 
     try:
         await until_disconnect(request, choices.start())
+        served.started()
         if not stream:
             results = await until_disconnect(request, _collect(choices, prompt_indices))
-    except BaseException:
+    except BaseException as exc:
+        served.failed(exc)
         await close()
         raise
     if not stream:
         await close()
         usage = total_usage([(r.prompt_index, r.usage) for r in results])
         return JSONResponse(fmt.response(results, usage))
-    return EventStreamResponse(_events(choices, prompt_indices, fmt, include_usage), on_close=close)
+    return EventStreamResponse(_events(choices, prompt_indices, fmt, include_usage, served), on_close=close)
+
+
+class ServedBy:
+    """Which instances and versions served one request: the request state the headers and the
+    access log read, and the per-version metrics."""
+
+    def __init__(self, request: Request, choices: ChoiceSet, metrics: CoordinatorMetrics | None, model: str):
+        self.request, self.choices, self.metrics, self.model = request, choices, metrics, model
+        self.error = False
+        self.counted = False
+
+    def _router(self):
+        return self.choices.generations[0].router if self.choices.generations else None
+
+    def _instances(self) -> list[str]:
+        return [g.instances[-1] for g in self.choices.generations if g.instances]
+
+    def _publish(self) -> list[str]:
+        router = self._router()
+        instances = self._instances()
+        versions = [router.version_of(i) for i in instances] if router is not None else []
+        state = self.request.state
+        state.instances = ",".join(dict.fromkeys(instances))
+        state.versions = ",".join(dict.fromkeys(v for v in versions if v))
+        return versions
+
+    def started(self) -> None:
+        """Every choice has its first piece: the instances are known, the TTFTs too."""
+        self._publish()
+        if self.metrics is None:
+            return
+        for generation in self.choices.generations:
+            timer = generation.timer
+            if generation.instances and timer.first is not None:
+                version = self._router().version_of(generation.instances[-1])
+                self.metrics.version_ttft.labels(self.model, version).observe(timer.first - timer.arrival)
+
+    def failed(self, exc: BaseException) -> None:
+        if not isinstance(exc, (asyncio.CancelledError, ClientGone)):
+            self.error = True
+
+    def finish(self) -> None:
+        """The response ended (or failed): count the request for its first choice's version."""
+        versions = self._publish()
+        if self.counted or self.metrics is None or not versions:
+            return
+        self.counted = True
+        self.metrics.version_requests.labels(self.model, versions[0]).inc()
+        if self.error:
+            self.metrics.version_errors.labels(self.model, versions[0]).inc()
 
 
 async def _collect(choices: ChoiceSet, prompt_indices: list[int]) -> list[ChoiceResult]:
@@ -55,7 +122,7 @@ async def _collect(choices: ChoiceSet, prompt_indices: list[int]) -> list[Choice
 
 
 async def _events(choices: ChoiceSet, prompt_indices: list[int], fmt: OutputFormat,
-                  include_usage: bool) -> AsyncIterator[bytes]:
+                  include_usage: bool, served: ServedBy) -> AsyncIterator[bytes]:
     usages: list[tuple[int, Usage | None]] = []
     try:
         for index in range(len(prompt_indices)):
@@ -69,5 +136,6 @@ async def _events(choices: ChoiceSet, prompt_indices: list[int], fmt: OutputForm
         if include_usage:
             yield event(fmt.usage_chunk(total_usage(usages)))
     except APIError as exc:
+        served.error = True
         yield event(exc.body())
     yield DONE

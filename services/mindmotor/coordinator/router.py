@@ -2,6 +2,10 @@
 weight first (when the model has weights), then an instance of it by the model's policy — and
 keeps this coordinator's per-instance load (outstanding tokens) while the request runs.
 
+When a model's versions tokenize differently, the version is picked first (`choose_version`, by
+the same weights), the request is tokenized for it, and every pick of that request (retries
+included) is limited to the versions sharing that tokenizer (`pick(versions=...)`).
+
 Traffic weights come from two places: the static `traffic` setting, and the controller's routing
 table (`set_table_traffic`, as the Deployer set them). For a model the table names, the table's
 weights win; the static ones apply to the other models.
@@ -38,6 +42,7 @@ class Router:
         self._policies: dict[tuple[str, str, str], Policy] = {}
         self._splits: dict[str, VersionSplit] = {}
         self._on_routed = on_routed
+        self._versions: dict[str, str] = {}      # instance id -> its version, as last routed to
 
     def policy(self, model: str, version: str = "", group: str = "") -> Policy:
         key = (model, version, group)
@@ -54,23 +59,46 @@ class Router:
         """The version weights that apply to `model` now (empty: no version split)."""
         return self._table_traffic.get(model) or self._static_traffic.get(model) or {}
 
+    def _split(self, model: str, weights: dict[str, float]) -> VersionSplit:
+        split = self._splits.get(model)
+        if split is None or split.weights != weights:
+            split = self._splits[model] = VersionSplit(weights)
+        return split
+
+    def choose_version(self, model: str, versions: Collection[str]) -> str | None:
+        """The version (one of `versions`, with a routable instance) a request of `model` goes to,
+        by the traffic weights — picked before the request is tokenized when its versions
+        tokenize differently (`ModelCatalog.resolve`); None if none is routable."""
+        candidates = [c for c in self.table.candidates(model) if c.version in versions]
+        if not candidates:
+            return None
+        weights = self.traffic(model)
+        if weights:
+            candidates = self._split(model, weights).choose(candidates)
+        return candidates[0].version
+
+    def version_of(self, instance_id: str) -> str:
+        """The version of an instance this router sent requests to (it may have left the table)."""
+        view = self.table.get(instance_id)
+        return view.version if view is not None else self._versions.get(instance_id, "")
+
     def pick(self, model: str, request: RouteRequest, exclude: Collection[str] = (),
-             roles: Collection[str] | None = None) -> InstanceView:
-        """The instance to send `request` to (not one of `exclude`; of one of `roles` if given);
-        NoInstanceAvailable if none."""
-        candidates = [c for c in self.table.candidates(model, roles) if c.instance_id not in exclude]
+             roles: Collection[str] | None = None, versions: Collection[str] | None = None) -> InstanceView:
+        """The instance to send `request` to (not one of `exclude`; of one of `roles` if given; of
+        one of `versions` if given: a request tokenized for them); NoInstanceAvailable if none."""
+        candidates = [c for c in self.table.candidates(model, roles)
+                      if c.instance_id not in exclude and (versions is None or c.version in versions)]
         if not candidates:
             raise NoInstanceAvailable(model)
         version = ""
         weights = self.traffic(model)
         if weights:
-            split = self._splits.get(model)
-            if split is None or split.weights != weights:
-                split = self._splits[model] = VersionSplit(weights)
-            candidates = split.choose(candidates)
+            if len({c.version for c in candidates}) > 1:
+                candidates = self._split(model, weights).choose(candidates)
             version = candidates[0].version
         policy = self.policy(model, version, ",".join(sorted(roles)) if roles is not None else "")
         choice = policy.choose(candidates, request)
+        self._versions[choice.instance_id] = choice.version
         policy.on_routed(choice, request)
         if self._on_routed is not None:
             self._on_routed(model, choice)
