@@ -6,8 +6,8 @@ The coordinators are the only place that sees a request's outcome as the client 
 from a worker, a stream cut after a failure, the time to the first token including routing and
 queueing), so the deployer asks them, not the workers. Each read is one GET per coordinator
 (bounded by `timeout_s`); a coordinator that does not answer is left out of that sample and
-logged. Samples are kept per coordinator, so that a coordinator that restarted (its counters back
-at 0) counts from 0 rather than negatively.
+logged. Samples are kept per coordinator, so that a coordinator that restarted (its request
+counter below the window's first sample) counts from 0 rather than negatively.
 """
 
 from __future__ import annotations
@@ -57,10 +57,6 @@ def parse_totals(text: str) -> Totals:
             elif sample.name == TTFT + "_bucket":
                 totals.buckets.setdefault(key, {})[float(labels["le"])] = sample.value
     return totals
-
-
-def _delta(new: float, old: float) -> float:
-    return new - old if new >= old else new          # below the old value: the coordinator restarted
 
 
 class CoordinatorFigures:
@@ -126,18 +122,14 @@ class CoordinatorFigures:
             for version in versions:
                 key = (model, version)
                 old, new = base[1], latest[1]
+                if new.requests.get(key, 0.0) < old.requests.get(key, 0.0):
+                    old = Totals()                   # the coordinator restarted: its counters began again at 0
                 figures = out[version]
-                bounds = sorted(set(new.buckets.get(key, {})) | set(figures_bounds(figures)))
                 merged = dict(figures.ttft_buckets)
-                for bound in bounds:
-                    merged[bound] = merged.get(bound, 0.0) + _delta(new.buckets.get(key, {}).get(bound, 0.0),
-                                                                    old.buckets.get(key, {}).get(bound, 0.0))
+                for bound, count in new.buckets.get(key, {}).items():
+                    merged[bound] = merged.get(bound, 0.0) + max(0.0, count - old.buckets.get(key, {}).get(bound, 0.0))
                 out[version] = Figures(
-                    requests=figures.requests + _delta(new.requests.get(key, 0.0), old.requests.get(key, 0.0)),
-                    errors=figures.errors + _delta(new.errors.get(key, 0.0), old.errors.get(key, 0.0)),
+                    requests=figures.requests + new.requests.get(key, 0.0) - old.requests.get(key, 0.0),
+                    errors=figures.errors + max(0.0, new.errors.get(key, 0.0) - old.errors.get(key, 0.0)),
                     ttft_buckets=tuple(sorted(merged.items(), key=lambda kv: (math.isinf(kv[0]), kv[0]))))
         return out, covered
-
-
-def figures_bounds(figures: Figures) -> list[float]:
-    return [bound for bound, _ in figures.ttft_buckets]
