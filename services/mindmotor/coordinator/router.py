@@ -40,7 +40,7 @@ class Router:
         self._static_traffic = traffic or {}
         self._table_traffic: dict[str, dict[str, float]] = {}
         self._policies: dict[tuple[str, str, str], Policy] = {}
-        self._splits: dict[str, VersionSplit] = {}
+        self._splits: dict[str, VersionSplit] = {}          # model (or model + version group) -> split
         self._on_routed = on_routed
         self._versions: dict[str, str] = {}      # instance id -> its version, as last routed to
 
@@ -59,10 +59,12 @@ class Router:
         """The version weights that apply to `model` now (empty: no version split)."""
         return self._table_traffic.get(model) or self._static_traffic.get(model) or {}
 
-    def _split(self, model: str, weights: dict[str, float]) -> VersionSplit:
-        split = self._splits.get(model)
+    def _split(self, key: str, weights: dict[str, float]) -> VersionSplit:
+        """The split state of `key`: a model, or a model's group of versions (a request already
+        assigned to a group must not disturb the state of the model's own split)."""
+        split = self._splits.get(key)
         if split is None or split.weights != weights:
-            split = self._splits[model] = VersionSplit(weights)
+            split = self._splits[key] = VersionSplit(weights)
         return split
 
     def choose_version(self, model: str, versions: Collection[str]) -> str | None:
@@ -94,7 +96,8 @@ class Router:
         weights = self.traffic(model)
         if weights:
             if len({c.version for c in candidates}) > 1:
-                candidates = self._split(model, weights).choose(candidates)
+                key = model if versions is None else f"{model}\0{','.join(sorted(versions))}"
+                candidates = self._split(key, weights).choose(candidates)
             version = candidates[0].version
         policy = self.policy(model, version, ",".join(sorted(roles)) if roles is not None else "")
         choice = policy.choose(candidates, request)
