@@ -59,3 +59,14 @@ def test_the_version_is_picked_first_and_its_tokenizer_used(tiny_ckpt):
     assert picked == {"v2": 10, "v1+v3": 30}                           # the weights: 2 + 1 against 1
     with pytest.raises(NoInstanceAvailable):                           # retries stay on its versions
         router.pick("m", RouteRequest([1], 1), exclude={"d-v2-0"}, versions=frozenset({"v2"}))
+
+
+def test_once_only_versions_with_another_tokenizer_are_left_their_tokenizer_is_used(tiny_ckpt):
+    table, catalog, router, bundled = setup(tiny_ckpt, {"v2": 1})
+    catalog.note_version("m", "v2", bundled.digest)
+    catalog.add_tokenizer(bundled)
+    for gone in ("d-v1-0", "d-v3-0"):                                  # the canary v2 was promoted
+        table.remove(gone)
+    served = catalog.resolve("m", router.choose_version)
+    assert served.tokenizer is bundled.tokenizer and served.versions is None
+    assert catalog.resolve("m").tokenizer is catalog.tokenizer("m")     # /tokenize: the model's own

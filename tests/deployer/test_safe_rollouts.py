@@ -124,6 +124,15 @@ def test_a_canary_with_its_own_tokenizer_is_refused_or_served_with_it(cluster, o
             assert "[DONE]" in r.text and '"error"' not in r.text
     assert served == {"v1": 8, "v2": 8}
 
+    client.promote(cluster.deployment)                      # v2 alone: still tokenized with its tokenizer
+    cluster.wait_gone("v1")
+    wait_until(lambda: set(httpx.get(f"{url}/health", timeout=5).json()["instances"]) == {f"{cluster.deployment}-v2-0"},
+               timeout=30, what="the coordinator to see v1 gone")
+    for _ in range(4):
+        r = complete(url, cluster.model)
+        assert r.status_code == 200, r.text
+        assert r.headers["x-mindmotor-version"] == "v2" and r.json()["usage"]["prompt_tokens"] == prompt_tokens["v2"]
+
 
 def test_a_fine_tuned_canary_keeps_the_tokenizer_and_passes_the_check(cluster, fine_tuned_ckpt):
     client, url = start(cluster)

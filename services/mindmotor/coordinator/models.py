@@ -15,8 +15,9 @@ each version's instances report (`note_version`) and the tokenizer of every dige
 first — by the traffic weights, among the versions whose tokenizer is known — and returns the
 model with that version's tokenizer and the versions that share it (`ServedModel.versions`): the
 request is tokenized with that tokenizer and routed (retries included) only to those versions.
-While every version tokenizes alike (the normal case) nothing is restricted. An instance not
-checked yet counts as serving the model's tokenizer.
+While every version tokenizes alike (the normal case) nothing is restricted — and if they all
+tokenize unlike the model (the canary was promoted, the model's tokenizer not relearnt yet), with
+theirs. An instance not checked yet counts as serving the model's tokenizer.
 """
 
 from __future__ import annotations
@@ -158,8 +159,11 @@ class ModelCatalog:
         name = served.name
         versions = {v.version for v in self.table.candidates(name)}
         digests = {v: self.version_digest(name, v) for v in versions}
-        if len(set(digests.values())) <= 1:
-            return served                                  # every version tokenizes alike
+        if len(set(digests.values())) <= 1:                # every version tokenizes alike ...
+            only = next(iter(digests.values()), None)
+            if only is None or only == self.digest(name) or only not in self._by_digest:
+                return served
+            return self._with_tokenizer(served, only, None)   # ... but not like the model (a promoted canary)
         known = [v for v, d in digests.items() if d == self.digest(name) or d in self._by_digest]
         version = choose_version(name, known) if known else None
         if version is None:
@@ -168,11 +172,14 @@ class ModelCatalog:
         allowed = frozenset(v for v, d in digests.items() if d == digest)
         if digest == self.digest(name):
             return ServedModel(name, served.tokenizer, served.max_model_len, served.root, served.tokens, allowed)
+        return self._with_tokenizer(served, digest, allowed)
+
+    def _with_tokenizer(self, served: ServedModel, digest: str, versions: frozenset[str] | None) -> ServedModel:
         entry = self._by_digest[digest]
         tokens = self._version_tokens.get(digest)
         if tokens is None:
             tokens = self._version_tokens[digest] = TokenText(entry.tokenizer)
-        return ServedModel(name, entry.tokenizer, served.max_model_len, served.root, tokens, allowed)
+        return ServedModel(served.name, entry.tokenizer, served.max_model_len, served.root, tokens, versions)
 
     def tokenizer(self, name: str) -> Tokenizer:
         return self._entry(name).tokenizer
