@@ -63,6 +63,14 @@ def test_init_from_keeps_the_shape_weights_and_tokenizer_of_the_checkpoint(tiny_
     assert_readable_by_all(out)
     assert stat.S_IMODE((tmp_path / "store").stat().st_mode) == 0o755
 
+    resumed = train_077(tmp_path / "store", corpus_dir, "--resume", "latest", "--steps", "3",
+                        "--set", "checkpoint_interval=1")                  # its shape: the checkpoint's
+    assert resumed.returncode == 0, resumed.stderr
+    again = tmp_path / "store" / "ft-step000003"
+    assert json.loads((again / "config.json").read_text())["architectures"] == ["Qwen2ForCausalLM"]
+    assert TokenizerFiles.read(again).digest() == TokenizerFiles.read(tiny_qwen2_ckpt).digest()
+    assert json.loads((again / "mindmotor.json").read_text())["parent"] == "ft-step000002"
+
 
 def test_fine_tuning_starts_from_the_trained_loss_not_from_scratch(trained, corpus_dir, tmp_path):
     store, result = trained

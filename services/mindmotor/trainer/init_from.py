@@ -49,6 +49,7 @@ class InitSource:
     directory: Path
     model_config: LlamaConfig
     version: str | None             # its manifest's version, when it has one (the new run's parent)
+    flag: str = "--init-from"       # how the user named it (for messages)
 
 
 def tokenizer_source(directory: str | Path) -> TokenizerSource:
@@ -64,19 +65,19 @@ def tokenizer_source(directory: str | Path) -> TokenizerSource:
     return TokenizerSource(directory, files, tokenizer.vocab_size, eos)
 
 
-def init_source(directory: str | Path) -> InitSource:
+def init_source(directory: str | Path, flag: str = "--init-from") -> InitSource:
     directory = Path(directory).expanduser().resolve()
     if not directory.is_dir():
-        raise ConfigError(f"--init-from {directory}: not a directory")
+        raise ConfigError(f"{flag} {directory}: not a directory")
     try:
         model_config = LlamaConfig.from_dir(directory)
     except CheckpointError as exc:
-        raise ConfigError(f"--init-from {directory}: {exc}") from None
+        raise ConfigError(f"{flag} {directory}: {exc}") from None
     if not (directory / "model.safetensors").is_file():
-        raise ConfigError(f"--init-from {directory}: model.safetensors missing (sharded weights are not "
+        raise ConfigError(f"{flag} {directory}: model.safetensors missing (sharded weights are not "
                           "supported)")
     if model_config.head_dim * model_config.num_attention_heads != model_config.hidden_size:
-        raise ConfigError(f"--init-from {directory}: head_dim {model_config.head_dim} × "
+        raise ConfigError(f"{flag} {directory}: head_dim {model_config.head_dim} × "
                           f"{model_config.num_attention_heads} heads is not hidden_size "
                           f"{model_config.hidden_size}; the trainer's attention needs them equal")
     from .manifest import MANIFEST_NAME, read_manifest
@@ -87,7 +88,7 @@ def init_source(directory: str | Path) -> InitSource:
             version = read_manifest(directory).get("version")
         except CheckpointError:
             version = None
-    return InitSource(directory, model_config, version)
+    return InitSource(directory, model_config, version, flag)
 
 
 def shaped_like(config: TrainConfig, init: InitSource | None, tokenizer: TokenizerSource | None,
@@ -98,7 +99,7 @@ def shaped_like(config: TrainConfig, init: InitSource | None, tokenizer: Tokeniz
         shape = {name: getattr(init.model_config, name) for name in SHAPE_FROM_CHECKPOINT}
         clashes = sorted(n for n in explicit & set(shape) if getattr(config, n) != shape[n])
         if clashes:
-            raise ConfigError(f"--init-from {init.directory}: its config.json sets "
+            raise ConfigError(f"{init.flag} {init.directory}: its config.json sets "
                               + ", ".join(f"{n}={shape[n]!r}" for n in clashes)
                               + f"; the run cannot change them (got "
                               + ", ".join(f"{n}={getattr(config, n)!r}" for n in clashes) + ")")

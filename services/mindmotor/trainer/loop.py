@@ -161,13 +161,15 @@ class Run:
         eos = self.eos_id if self.eos_id is not None else self.tokenizer.token_to_id(EOS_TOKEN)
         model_config = cfg.model_config(eos_token_id=eos)
         init = None
-        if self.options.init_from:
+        source = self.options.init_from or self.resume_dir
+        if source:                      # the architecture and special ids of the checkpoint it starts from
             from .init_from import init_source, load_init_weights
 
-            init = init_source(self.options.init_from)
-            model_config = dataclasses.replace(model_config, architecture=init.model_config.architecture,
-                                               bos_token_id=init.model_config.bos_token_id,
-                                               eos_token_id=init.model_config.eos_token_id or eos)
+            origin = init_source(source)
+            model_config = dataclasses.replace(model_config, architecture=origin.model_config.architecture,
+                                               bos_token_id=origin.model_config.bos_token_id,
+                                               eos_token_id=origin.model_config.eos_token_id or eos)
+            init = origin if self.options.init_from else None   # resuming loads its weights later
         model = LlamaForCausalLM(model_config, activation_checkpointing=cfg.activation_checkpointing)
         model.init_weights(cfg.init_std, torch.Generator().manual_seed(cfg.seed))
         if init is not None:

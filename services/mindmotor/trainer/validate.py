@@ -37,7 +37,11 @@ def validated_config(preset_name: str, overrides: dict, nproc: int, store_root: 
     check_corpus(config.corpus)
     if resume:
         try:
-            CheckpointStore(store_root).resolve(resume)
+            resumed = CheckpointStore(store_root).resolve(resume)
         except CheckpointError as exc:
             raise ConfigError(f"cannot resume from {resume!r}: {exc}") from exc
+        from .init_from import init_source, shaped_like
+
+        # the model's shape is the checkpoint's (a run started with --init-from has its source's)
+        config = shaped_like(config, init_source(resumed, "--resume"), None, set(overrides))
     return config
