@@ -84,11 +84,22 @@ def start(cluster, *deployer_args: str):
     client.apply(cluster.spec({"name": "v1", "replicas": 1}, traffic={"v1": 100}))
     cluster.wait_ready("v1", 1)
     wait_until(lambda: complete(url, cluster.model).status_code == 200, timeout=30, what="v1 to serve")
-    return client, url
+    return client, url, coordinator
+
+
+def access_log(coordinator) -> dict[str, dict]:
+    """request id -> the coordinator's access log line of that request."""
+    lines = []
+    for line in coordinator.log_path.read_text().splitlines():
+        try:
+            lines.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return {entry["request_id"]: entry for entry in lines if entry.get("msg") == "request" and "request_id" in entry}
 
 
 def test_a_canary_with_its_own_tokenizer_is_refused_or_served_with_it(cluster, own_tokenizer_ckpt, tiny_ckpt):
-    client, url = start(cluster)
+    client, url, coordinator = start(cluster)
     serving, own = (TokenizerFiles.read(d).digest() for d in (tiny_ckpt, own_tokenizer_ckpt))
     assert serving != own
 
@@ -111,18 +122,22 @@ def test_a_canary_with_its_own_tokenizer_is_refused_or_served_with_it(cluster, o
     prompt_tokens = {"v1": len(Tokenizer.from_dir(tiny_ckpt).encode(PROMPT)),
                      "v2": len(Tokenizer.from_dir(own_tokenizer_ckpt).encode(PROMPT))}
     assert prompt_tokens["v1"] != prompt_tokens["v2"]
-    served = {"v1": 0, "v2": 0}
+    served, logged = {"v1": 0, "v2": 0}, {}
     for i in range(16):
         r = complete(url, cluster.model, stream=i % 2 == 1)
         assert r.status_code == 200, r.text                 # before: v2's share answered 400
         version, instance = r.headers["x-mindmotor-version"], r.headers["x-mindmotor-instance"]
         assert instance == f"{cluster.deployment}-{version}-0"
         served[version] += 1
+        logged[r.headers["x-request-id"]] = (instance, version)
         if i % 2 == 0:                                      # tokenized with the tokenizer of the version
             assert r.json()["usage"]["prompt_tokens"] == prompt_tokens[version]
         else:
             assert "[DONE]" in r.text and '"error"' not in r.text
     assert served == {"v1": 8, "v2": 8}
+    wait_until(lambda: set(logged) <= set(access_log(coordinator)), what="the access log lines")
+    lines = access_log(coordinator)
+    assert {rid: (lines[rid]["instance"], lines[rid]["version"]) for rid in logged} == logged
 
     client.promote(cluster.deployment)                      # v2 alone: still tokenized with its tokenizer
     cluster.wait_gone("v1")
@@ -135,7 +150,7 @@ def test_a_canary_with_its_own_tokenizer_is_refused_or_served_with_it(cluster, o
 
 
 def test_a_fine_tuned_canary_keeps_the_tokenizer_and_passes_the_check(cluster, fine_tuned_ckpt):
-    client, url = start(cluster)
+    client, url, _ = start(cluster)
     client.rollout(cluster.deployment, "v2", checkpoint=str(fine_tuned_ckpt), canary=50)
     canary = client.wait_rollout(cluster.deployment, timeout_s=60)
     assert canary.rollout.phase == "canary" and not canary.rollout.tokenizer_change, canary.rollout.reason
