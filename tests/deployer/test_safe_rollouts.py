@@ -76,9 +76,16 @@ def complete(url: str, model: str, stream: bool = False) -> httpx.Response:
     return httpx.post(f"{url}/v1/completions", json=body, timeout=30)
 
 
-def start(cluster, *deployer_args: str):
+def start(cluster, *deployer_args: str, discovered: bool = False):
+    """Controller, coordinator (the model's tokenizer from its directory, or `discovered` from the
+    workers), deployer, and v1 serving."""
     cluster.start_controller()
-    coordinator = cluster.start_coordinator()
+    if discovered:
+        coordinator = cluster.spawn("coordinator", ["coordinator", "--host", "127.0.0.1", "--port", "0",
+                                                    "--controller", cluster.controller_address],
+                                    "MINDMOTOR_COORDINATOR_READY")
+    else:
+        coordinator = cluster.start_coordinator()
     url = f"http://127.0.0.1:{coordinator.ready['port']}"
     client = cluster.client(cluster.start_deployer(*deployer_args))
     client.apply(cluster.spec({"name": "v1", "replicas": 1}, traffic={"v1": 100}))
@@ -98,8 +105,10 @@ def access_log(coordinator) -> dict[str, dict]:
     return {entry["request_id"]: entry for entry in lines if entry.get("msg") == "request" and "request_id" in entry}
 
 
-def test_a_canary_with_its_own_tokenizer_is_refused_or_served_with_it(cluster, own_tokenizer_ckpt, tiny_ckpt):
-    client, url, coordinator = start(cluster)
+@pytest.mark.parametrize("discovered", [False, True], ids=["local-model", "discovered-model"])
+def test_a_canary_with_its_own_tokenizer_is_refused_or_served_with_it(cluster, own_tokenizer_ckpt, tiny_ckpt,
+                                                                      discovered):
+    client, url, coordinator = start(cluster, discovered=discovered)
     serving, own = (TokenizerFiles.read(d).digest() for d in (tiny_ckpt, own_tokenizer_ckpt))
     assert serving != own
 
