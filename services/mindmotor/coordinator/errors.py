@@ -24,6 +24,7 @@ class APIError(Exception):
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None,
                  headers: dict[str, str] | None = None):
+        message = _printable(message)     # may quote the client's text: lone surrogates are escaped
         super().__init__(message)
         self.message = message
         self.param = param
@@ -36,6 +37,11 @@ class APIError(Exception):
 
     def body_bytes(self) -> bytes:
         return json.dumps(self.body()).encode()
+
+
+def _printable(text: str) -> str:
+    """`text` as valid UTF-8 (JSON bodies must encode): a lone surrogate becomes `\\ud800`."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 class BadRequest(APIError):

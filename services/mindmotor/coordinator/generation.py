@@ -1,11 +1,15 @@
 """`Generation`: one choice of one request, streamed from a worker — and from another one, which
 continues after the tokens already produced, when that worker fails.
 
-A failure is a call ending in a retryable gRPC status (the worker died, was unreachable, or is
-draining), or a stream that ends without finishing or with finish_reason "abort" (a worker that
-cut its drain short). The failed instance is marked in the routing table (skipped for a while,
+Failures are classified (`failures.py`). A request the worker calls bad is a 400, never
+retried. An instance failure — a call ending in UNAVAILABLE (the worker died, was unreachable,
+or is draining), or a stream that ends without finishing or with finish_reason "abort" (a worker
+that cut its drain short) — marks the instance in the routing table (skipped for a while,
 listeners told) and the request goes to another instance, at most `max_retry` times, with the
-tokens and characters the client already has (`GenerateRequest.resumed`). That worker continues
+tokens and characters the client already has (`GenerateRequest.resumed`). A busy instance (at
+its limit of concurrent calls) is skipped for this request only; when every instance is busy the
+answer is 429. A request that failed *on* two instances (their engines raised for it) is not
+sent to a third: the client gets an error that says so, the instances are not marked. That worker continues
 the request as the failed one would have (the seeded random stream, penalties and token limits
 over the whole output, stop strings across the move), so the client sees one stream, no token
 lost or repeated: the tokens and text of an undisturbed run, sampled or greedy.
@@ -20,6 +24,7 @@ the prompt's KV; any failure of the split falls back to the ordinary path above.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 from dataclasses import dataclass, field
@@ -30,8 +35,8 @@ import grpc
 from mindmotor.protocol import worker_pb2 as pb
 
 from .channels import WorkerChannels
-from .errors import APIError, ServiceUnavailable
-from .failures import WorkerFailure, classify
+from .errors import APIError, InternalError, ServiceUnavailable, TooManyRequests
+from .failures import BUSY, MAX_REQUEST_FAILURES, OwnCancellation, WorkerFailure, classify
 from .instances import InstanceView
 from .metrics import ChoiceTimer, CoordinatorMetrics
 from .pd_split import (HANDOFF_ROLES, ORDINARY_ROLES, PREFILL_ROLES, Handoff, Releaser,
@@ -75,7 +80,8 @@ class GenerationRequest:
 class Generation:
     def __init__(self, request: GenerationRequest, router: Router, channels: WorkerChannels,
                  metrics: CoordinatorMetrics, timer: ChoiceTimer, max_retry: int = 5,
-                 prefill_timeout_s: float = 60.0, releaser: Releaser | None = None):
+                 prefill_timeout_s: float = 60.0, releaser: Releaser | None = None,
+                 retry_after_s: float = 1.0):
         self.request = request
         self.prefill_timeout_s = prefill_timeout_s
         self.releaser = releaser or Releaser(channels)
@@ -87,7 +93,10 @@ class Generation:
         self.max_retry = max_retry
         self.produced: list[int] = []         # every token the client has been given
         self.sent_chars = 0                   # characters of text the client has been given
-        self.failures = 0
+        self.failures = 0                     # instance failures (bounded by max_retry)
+        self.failed_on: list[tuple[str, str]] = []   # (instance, reason) where the request itself failed
+        self.busy: set[str] = set()           # instances that refused it as busy
+        self.retry_after_s = retry_after_s
         self.instances: list[str] = []        # where each attempt went
         self.route = RouteRequest(request.prompt_token_ids, request.max_new_tokens)
 
@@ -115,24 +124,33 @@ class Generation:
                             return
                     raise WorkerFailure("the stream ended before the request finished")
                 except WorkerFailure as failure:
-                    reason = failure.reason
-                self._on_failure(instance, reason)
+                    self._on_failure(instance, failure)
                 self._drop_handoff()                  # resubmitted: the produced tokens are computed there
         finally:
             self._drop_handoff()
 
     def _pick(self, tried: set[str], role_groups) -> InstanceView:
         """An instance of the first role group that has one not yet tried; when every instance has
-        been tried, any routable one again (failed ones are suspect)."""
+        been tried, any routable one again (failed ones are suspect) except those that said they
+        are busy. TooManyRequests when only busy ones are left."""
         model = self.request.model
         for roles in role_groups:
             try:
-                return self.router.pick(model, self.route, exclude=tried, roles=roles, versions=self.request.versions)
+                return self.router.pick(model, self.route, exclude=tried | self.busy, roles=roles,
+                                        versions=self.request.versions)
             except ServiceUnavailable:
                 continue
         if not tried:
             raise NoInstanceAvailableError(model)
-        return self.router.pick(model, self.route, versions=self.request.versions)
+        try:
+            return self.router.pick(model, self.route, exclude=self.busy, versions=self.request.versions)
+        except ServiceUnavailable:
+            if not self.busy:
+                raise
+        self.metrics.rejected.labels("instances_busy").inc()
+        raise TooManyRequests(
+            f"every instance of model {model!r} is at its limit of concurrent requests; retry later",
+            retry_after_s=self.retry_after_s, code="instances_busy")
 
     # ---- the prefill/decode split -------------------------------------------------------------
     async def _prefill_remotely(self) -> Piece | None:
@@ -153,12 +171,13 @@ class Generation:
             response = await call
         except grpc.aio.AioRpcError as exc:
             error = classify(exc)
-            if not isinstance(error, WorkerFailure):
+            if not isinstance(error, (WorkerFailure, OwnCancellation)):
                 raise error from None
-            self.router.table.mark_failed(instance.instance_id, error.reason)
+            if isinstance(error, WorkerFailure) and error.marks_instance:
+                self.router.table.mark_failed(instance.instance_id, error.reason)
             self.metrics.pd_fallbacks.labels(req.model, "prefill_failed").inc()
             log.warning("remote prefill failed; computing the prompt on the decode side",
-                        extra={"instance_id": instance.instance_id, "reason": error.reason})
+                        extra={"instance_id": instance.instance_id, "reason": str(error)})
             return None
         finally:
             call.cancel()
@@ -177,16 +196,34 @@ class Generation:
         if handoff is not None and not handoff.pulled:
             self.releaser.release(handoff)
 
-    def _on_failure(self, instance: InstanceView, reason: str) -> None:
+    def _on_failure(self, instance: InstanceView, failure: WorkerFailure) -> None:
+        """Account for a failed attempt; raise when the request must not be tried again."""
         req = self.request
-        self.failures += 1
-        self.router.table.mark_failed(instance.instance_id, reason)
+        reason = failure.reason
         self.metrics.retries.labels(req.model, reason.split(":", 1)[0]).inc()
+        extra = {"instance_id": instance.instance_id, "reason": reason, "kind": failure.kind,
+                 "produced_tokens": len(self.produced)}
+        if failure.kind == BUSY:
+            self.busy.add(instance.instance_id)
+            log.info("instance busy; trying another", extra=extra)
+            return
+        if failure.marks_instance:
+            self.failures += 1
+            self.router.table.mark_failed(instance.instance_id, reason)
+        if failure.counts_against_request:
+            self.failed_on.append((instance.instance_id, reason))
         if self.produced:
             self.metrics.migrations.labels(req.model).inc()
         log.warning("worker failed the request; resubmitting", extra={
-            "instance_id": instance.instance_id, "reason": reason, "produced_tokens": len(self.produced),
-            "attempt": self.failures, "max_retry": self.max_retry})
+            **extra, "attempt": self.failures + len(self.failed_on), "max_retry": self.max_retry})
+        if len(self.failed_on) >= MAX_REQUEST_FAILURES:
+            self.metrics.rejected.labels("failed_on_instances").inc()
+            where = "; ".join(f"{i}: {r}" for i, r in self.failed_on)
+            count = len({i for i, _ in self.failed_on})
+            raise InternalError(
+                f"the request failed {len(self.failed_on)} times, on {count} instance{'s' if count > 1 else ''} "
+                f"({where}); it is not sent to another one, as it is likely what fails there",
+                code="request_failed_on_instances")
         if self.failures > self.max_retry:
             raise ServiceUnavailable(f"the request failed on {self.failures} instances (last: {reason}); "
                                      "giving up", code="max_retry_exceeded")
@@ -226,6 +263,8 @@ class Generation:
             error = classify(exc)
             if isinstance(error, APIError) and self.produced:
                 log.error("worker refused a resubmitted request", extra={"error": error.message})
+            if isinstance(error, OwnCancellation):
+                raise asyncio.CancelledError(str(error)) from None
             raise error from None
         finally:
             call.cancel()

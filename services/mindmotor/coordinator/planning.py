@@ -1,6 +1,7 @@
-"""From a validated request to running generations: the context check per prompt (400), an
-instance must exist (503), admission (429), then one `Generation` per choice — choice j of a
-prompt gets seed + j when a seed is given."""
+"""From a validated request to running generations: the choices limit (400 when prompts × n
+could never be admitted) and the context check per prompt (400), an instance must exist (503),
+admission (429: full for now), then one `Generation` per choice — choice j of a prompt gets
+seed + j when a seed is given."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ import time
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .errors import BadRequest
+from mindmotor.engine.request_rules import InvalidRequest, check_choices
+
 from .fanout import ChoiceSet
 from .generation import Generation, GenerationRequest
 from .metrics import ChoiceTimer
 from .models import ServedModel
-from .prompts import Prompt, resolve_max_tokens
+from .prompts import Prompt, bad_request, resolve_max_tokens
 from .respond import OutputFormat, respond
 from .router import NoInstanceAvailable
 from .sampling import SamplingOptions
@@ -25,12 +27,15 @@ async def generate(c: Coordinator, request: Request, request_id: str, model: Ser
                    sampling: SamplingOptions, n: int, priority: int, fmt: OutputFormat, stream: bool,
                    include_usage: bool) -> Response:
     arrival = time.perf_counter()
-    if n > c.settings.max_n:
-        raise BadRequest(f"n must be at most {c.settings.max_n}, got {n}", param="n", code="invalid_value")
-    max_new = [resolve_max_tokens(len(p.token_ids), sampling.max_tokens, model.max_model_len) for p in prompts]
+    try:
+        choices = check_choices(len(prompts), n, c.settings.max_n, c.settings.max_requests)
+    except InvalidRequest as exc:
+        raise bad_request(exc) from None
+    max_new = [resolve_max_tokens(len(p.token_ids), sampling.max_tokens, model.max_model_len, sampling.min_tokens)
+               for p in prompts]
     if not c.table.has_routable(model.name):
         raise NoInstanceAvailable(model.name)
-    ticket = c.admission.admit(model.name, len(prompts) * n)
+    ticket = c.admission.admit(model.name, choices)
     generations, prompt_indices = [], []
     for p_index, prompt in enumerate(prompts):
         c.metrics.prompt_tokens.labels(model.name).inc(len(prompt.token_ids))
@@ -41,7 +46,7 @@ async def generate(c: Coordinator, request: Request, request_id: str, model: Ser
                                     max_new_tokens=max_new[p_index], priority=priority, versions=model.versions)
             generations.append(Generation(req, c.router, c.channels, c.metrics,
                                           ChoiceTimer(c.metrics, model.name, arrival), c.settings.max_retry,
-                                          c.settings.prefill_timeout_s))
+                                          c.settings.prefill_timeout_s, retry_after_s=c.settings.retry_after_s))
             prompt_indices.append(p_index)
     return await respond(request, ChoiceSet(generations), prompt_indices, fmt, stream, include_usage, ticket,
                          c.metrics, model.name)

@@ -1,6 +1,6 @@
 """Prompts to token ids — the completions API's four prompt shapes, chat messages through the
-model's chat template — and the context-length check (the engine's rule, applied before any
-worker is asked)."""
+model's chat template — and the context-length check: the engine's rules (`request_rules`),
+applied before any worker is asked."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from mindmotor.common.tokenizer import Tokenizer, TokenizerError
+from mindmotor.engine.request_rules import InvalidRequest, check_text, check_token_ids
+from mindmotor.engine.request_rules import resolve_max_tokens as _resolve_max_tokens
 
 from .errors import BadRequest
 from .schemas import ChatMessage
@@ -19,13 +21,26 @@ class Prompt:
     text: str | None = None         # the text it came from (for echo), when it came from text
 
 
+def bad_request(exc: InvalidRequest) -> BadRequest:
+    """The shared rules' error as the HTTP API's 400."""
+    return BadRequest(exc.message, param=exc.param, code=exc.code)
+
+
+def encode_text(tokenizer: Tokenizer, text: str, param: str) -> list[int]:
+    """`text` tokenized; a 400 naming `param` for text no tokenizer takes (lone surrogates)."""
+    try:
+        return tokenizer.encode(check_text(text, param))
+    except InvalidRequest as exc:
+        raise bad_request(exc) from None
+
+
 def completion_prompts(prompt, tokenizer: Tokenizer) -> list[Prompt]:
     if isinstance(prompt, str):
-        prompts = [Prompt(tokenizer.encode(prompt), prompt)]
+        prompts = [Prompt(encode_text(tokenizer, prompt, "prompt"), prompt)]
     elif not prompt:
         raise BadRequest("the prompt is empty", param="prompt", code="invalid_value")
     elif isinstance(prompt[0], str):
-        prompts = [Prompt(tokenizer.encode(p), p) for p in prompt]
+        prompts = [Prompt(encode_text(tokenizer, p, "prompt"), p) for p in prompt]
     elif isinstance(prompt[0], int):
         prompts = [Prompt(list(prompt))]
     else:
@@ -33,12 +48,20 @@ def completion_prompts(prompt, tokenizer: Tokenizer) -> list[Prompt]:
     for p in prompts:
         if not p.token_ids:
             raise BadRequest("the prompt is empty", param="prompt", code="invalid_value")
-        if any(t < 0 for t in p.token_ids):
-            raise BadRequest("prompt token ids must not be negative", param="prompt", code="invalid_value")
+        try:
+            check_token_ids(p.token_ids, "prompt token ids", param="prompt")   # the vocabulary: the worker's
+        except InvalidRequest as exc:
+            raise bad_request(exc) from None
     return prompts
 
 
 def chat_text(messages: Sequence[ChatMessage], tokenizer: Tokenizer, add_generation_prompt: bool = True) -> str:
+    for i, m in enumerate(messages):
+        try:
+            check_text(m.text(), f"messages.{i}.content")
+            check_text(m.name or "", f"messages.{i}.name")
+        except InvalidRequest as exc:
+            raise bad_request(exc) from None
     try:
         return tokenizer.apply_chat_template([{"role": m.role, "content": m.text()} for m in messages],
                                              add_generation_prompt=add_generation_prompt)
@@ -51,27 +74,19 @@ def chat_text(messages: Sequence[ChatMessage], tokenizer: Tokenizer, add_generat
 
 def chat_prompt(messages: Sequence[ChatMessage], tokenizer: Tokenizer, add_generation_prompt: bool = True) -> Prompt:
     text = chat_text(messages, tokenizer, add_generation_prompt)
-    ids = tokenizer.encode(text)
+    ids = encode_text(tokenizer, text, "messages")
     if not ids:
         raise BadRequest("the messages make an empty prompt", param="messages")
     return Prompt(ids, text)
 
 
-def resolve_max_tokens(prompt_len: int, max_tokens: int | None, max_model_len: int) -> int:
-    """The number of tokens the request may produce; BadRequest when the context cannot hold it.
-    With no known context length (no instance reported yet), the worker checks instead."""
+def resolve_max_tokens(prompt_len: int, max_tokens: int | None, max_model_len: int, min_tokens: int = 0) -> int:
+    """The number of tokens the request may produce; BadRequest when the context cannot hold it
+    (or min_tokens exceeds the room left). With no known context length (no instance reported
+    yet), the worker checks instead."""
     if not max_model_len:
         return max_tokens or 0
-    if prompt_len >= max_model_len:
-        raise BadRequest(f"the prompt has {prompt_len} tokens, but this model's maximum context length is "
-                         f"{max_model_len} tokens (prompt plus at least one generated token)",
-                         param="prompt", code="context_length_exceeded")
-    room = max_model_len - prompt_len
-    if max_tokens is None:
-        return room
-    if max_tokens > room:
-        raise BadRequest(f"this model's maximum context length is {max_model_len} tokens, but "
-                         f"{prompt_len + max_tokens} were requested ({prompt_len} in the prompt, {max_tokens} "
-                         "in the completion); reduce the prompt or max_tokens",
-                         param="max_tokens", code="context_length_exceeded")
-    return max_tokens
+    try:
+        return _resolve_max_tokens(prompt_len, max_tokens, min_tokens, max_model_len)
+    except InvalidRequest as exc:
+        raise bad_request(exc) from None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from mindmotor.engine.request_rules import InvalidRequest
 from mindmotor.engine.sampling_params import SamplingParams
 from mindmotor.protocol import worker_pb2 as pb
 
@@ -37,10 +38,10 @@ class SamplingOptions:
                            frequency_penalty=self.frequency_penalty, logprobs=self.logprobs,
                            **{k: v for k, v in (("temperature", self.temperature), ("top_p", self.top_p))
                               if v is not None})
+        except InvalidRequest as exc:
+            raise BadRequest(exc.message, param=exc.param, code=exc.code) from None
         except (ValueError, TypeError) as exc:
-            first_word = str(exc).split(" ", 1)[0]
-            param = first_word if first_word in _FIELDS else None
-            raise BadRequest(str(exc), param=param, code="invalid_value") from exc
+            raise BadRequest(str(exc), code="invalid_value") from exc
 
     @property
     def greedy(self) -> bool:
@@ -69,8 +70,6 @@ class SamplingOptions:
             p.logprobs = self.logprobs
         return p
 
-
-_FIELDS = frozenset(f.name for f in dataclasses.fields(SamplingOptions))
 
 
 def sampling_from_request(body, max_tokens: int | None, logprobs: int | None) -> SamplingOptions:

@@ -12,6 +12,8 @@ from typing import Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
+from mindmotor.engine.request_rules import INT32_MAX, INT64_MAX
+
 MAX_STOP = 16
 MAX_LOGPROBS = 20
 
@@ -30,8 +32,8 @@ class _Sampling(_Body):
     n: int = Field(1, ge=1)
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
-    top_k: int | None = Field(None, ge=-1)
-    seed: int | None = Field(None, ge=-(2**63), lt=2**64)
+    top_k: int | None = Field(None, ge=-1, le=INT32_MAX)
+    seed: int | None = Field(None, ge=0, le=INT64_MAX)      # an int64 on the wire, numpy's seed: >= 0
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
@@ -41,7 +43,7 @@ class _Sampling(_Body):
     stream_options: StreamOptions | None = None
     ignore_eos: StrictBool = False
     min_tokens: int = Field(0, ge=0)
-    priority: int = Field(0, ge=-(2**31), lt=2**31)
+    priority: int = Field(0, ge=-(2**31), le=INT32_MAX)
     include_stop_str_in_output: StrictBool = False
     logit_bias: dict[str, float] | None = None
 

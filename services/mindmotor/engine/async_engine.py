@@ -3,6 +3,12 @@
 The engine thread owns the `LLMEngine` and loops: take new requests and aborts, step, hand each
 output to its request's asyncio queue. Nothing else touches the engine, so it needs no locks;
 validation (read-only) runs in the caller so that bad input fails the caller at once.
+
+The loop survives whatever is raised for one request: adding it, aborting it, or a step that
+fails it (`LLMEngine.step`) ends that request's stream with `RequestFailed` (or its
+`RequestError`) and the others go on. Only an `EngineBroken` engine (or any error outside the
+per-request work) stops the thread: every stream then ends with `EngineDeadError`, and the
+`on_dead` callbacks run (the worker stops serving and exits, to be replaced).
 """
 
 from __future__ import annotations
@@ -27,6 +33,10 @@ T = TypeVar("T")
 
 class EngineDeadError(RuntimeError):
     """The engine thread stopped on an error; no request can be served."""
+
+
+class RequestFailed(RuntimeError):
+    """The engine raised while serving this request (it alone failed; the engine goes on)."""
 
 
 @dataclass
@@ -58,6 +68,8 @@ class AsyncLLMEngine:
         self._wake = threading.Event()
         self._stopping = False
         self._error: BaseException | None = None
+        self._on_dead: list[Callable[[BaseException], None]] = []
+        self._dead_lock = threading.Lock()
         self._idle_check_interval_s = idle_check_interval_s
         self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
         self._thread.start()
@@ -66,6 +78,22 @@ class AsyncLLMEngine:
     @property
     def tokenizer(self):
         return self.engine.tokenizer
+
+    @property
+    def dead(self) -> BaseException | None:
+        """Why the engine thread stopped (None while it runs)."""
+        return self._error
+
+    def on_dead(self, callback: Callable[[BaseException], None]) -> None:
+        """Call `callback(error)` once the engine thread has stopped on an error (from that thread;
+        at once if it already has). Not called for a `shutdown`."""
+        with self._dead_lock:
+            error = self._error
+            if error is None:
+                self._on_dead.append(callback)
+                return
+        if not isinstance(error, _ShutDown):
+            callback(error)
 
     @property
     def num_requests(self) -> int:
@@ -125,6 +153,9 @@ class AsyncLLMEngine:
         try:
             while not finished:
                 out = await pending.queue.get()
+                if isinstance(out, (RequestError, RequestFailed)):
+                    finished = True                 # the engine holds nothing of it any more
+                    raise out
                 if isinstance(out, BaseException):
                     raise EngineDeadError(f"the engine stopped: {out!r}") from out
                 finished = out.finished
@@ -164,26 +195,38 @@ class AsyncLLMEngine:
                 for out in engine.step():
                     self._deliver(out)
         except BaseException as exc:  # the engine is broken: fail every stream rather than hang
-            log.exception("engine thread failed")
-            self._error = exc
-        self._error = self._error or EngineDeadError("the engine was shut down")
+            log.critical("the engine thread failed; the engine is dead", exc_info=True,
+                         extra={"error": f"{type(exc).__name__}: {exc}"})
+            error: BaseException = exc
+        else:
+            error = _ShutDown("the engine was shut down")
+        with self._dead_lock:
+            self._error = error
+            callbacks, self._on_dead = self._on_dead, []
         for pending in list(self._streams.values()):   # nobody may wait on a stopped engine
-            try:
-                pending.loop.call_soon_threadsafe(pending.queue.put_nowait, self._error)
-            except RuntimeError:                        # that event loop is already closed
-                pass
+            self._put(pending, error)
         self._streams.clear()
         while self._commands:
-            _settle(self._commands.popleft(), error=self._error)
+            _settle(self._commands.popleft(), error=error)
+        if not isinstance(error, _ShutDown):
+            for callback in callbacks:
+                try:
+                    callback(error)
+                except Exception:  # noqa: BLE001
+                    log.exception("an on_dead callback failed")
 
     def _take_new_and_aborts(self) -> None:
+        """New requests, commands and aborts; an exception raised for one of them fails it alone."""
         engine = self.engine
         while self._new:
             p = self._new.popleft()
             if p.request_id not in self._streams:  # aborted before it was taken
                 continue
-            engine.add_request(p.request_id, None, priority=p.priority, arrival_time=p.arrival_time,
-                               validated=p.validated, prefill_only=p.prefill_only)
+            try:
+                engine.add_request(p.request_id, None, priority=p.priority, arrival_time=p.arrival_time,
+                                   validated=p.validated, prefill_only=p.prefill_only)
+            except Exception as exc:  # noqa: BLE001 - this request fails alone
+                self._fail(p, exc)
         while self._commands:
             command = self._commands.popleft()
             try:
@@ -192,10 +235,26 @@ class AsyncLLMEngine:
                 _settle(command, error=exc)
         while self._aborts:
             rid = self._aborts.popleft()
-            out = engine.abort_request(rid)
             pending = self._streams.pop(rid, None)
+            try:
+                out = engine.abort_request(rid)
+            except Exception as exc:  # noqa: BLE001 - the abort fails; the pool check will tell
+                log.exception("aborting a request failed", extra={"request_id": rid})
+                if pending is not None:
+                    self._put(pending, RequestFailed(f"aborting it failed: {type(exc).__name__}: {exc}"))
+                continue
             if out is not None and pending is not None:
-                pending.loop.call_soon_threadsafe(pending.queue.put_nowait, out)
+                self._put(pending, out)
+
+    def _fail(self, pending: _Pending, exc: Exception) -> None:
+        """End one request's stream with its error (a RequestError as is: the request is bad)."""
+        self._streams.pop(pending.request_id, None)
+        if isinstance(exc, RequestError):
+            self._put(pending, exc)
+            return
+        log.error("the engine failed to take a request", exc_info=(type(exc), exc, exc.__traceback__),
+                  extra={"request_id": pending.request_id})
+        self._put(pending, RequestFailed(f"{type(exc).__name__}: {exc}"))
 
     def _deliver(self, out: RequestOutput) -> None:
         pending = self._streams.get(out.request_id)
@@ -203,7 +262,18 @@ class AsyncLLMEngine:
             return
         if out.finished:
             del self._streams[out.request_id]
-        pending.loop.call_soon_threadsafe(pending.queue.put_nowait, out)
+        self._put(pending, RequestFailed(out.error) if out.error is not None else out)
+
+    @staticmethod
+    def _put(pending: _Pending, item) -> None:
+        try:
+            pending.loop.call_soon_threadsafe(pending.queue.put_nowait, item)
+        except RuntimeError:                        # that event loop is already closed
+            pass
+
+
+class _ShutDown(EngineDeadError):
+    """The engine thread stopped because it was asked to."""
 
 
 def _settle(command: _Command, result=None, error: BaseException | None = None) -> None:

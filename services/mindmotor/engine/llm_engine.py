@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence as Seq
@@ -27,6 +28,7 @@ from .config import EngineConfig
 from .kv_transfer import KVBlocks, KVPins, num_prompt_blocks
 from .model_runner import ModelRunner
 from .output import OutputProcessor, RequestOutput
+from .request_rules import InvalidRequest, check_text, check_token_ids, resolve_max_tokens
 from .sampler import Sampler
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler, SchedulerConfig
@@ -35,8 +37,19 @@ from .sequence import Sequence, SequenceStatus
 log = logging.getLogger("mindmotor.engine")
 
 
-class RequestError(ValueError):
+class RequestError(InvalidRequest):
     """A request the engine refuses (the worker turns it into INVALID_ARGUMENT)."""
+
+
+class StepFailed(RuntimeError):
+    """A request was in an engine step that failed as a whole (see `LLMEngine.step`)."""
+
+
+class EngineBroken(RuntimeError):
+    """The engine cannot go on: steps keep failing, or its KV pool no longer adds up."""
+
+
+MAX_STEP_FAILURES = 3            # consecutive failed steps after which the engine is broken
 
 
 @dataclass(frozen=True)
@@ -72,6 +85,8 @@ class EngineStats:
     kv_transfers: int = 0             # decode side: KV pulls priced on the device
     kv_transfer_s: float = 0.0        # their emulated duration, summed
     kv_transfer_bytes: int = 0
+    request_failures: int = 0         # requests the engine finished with an error (it raised for them)
+    step_failures: int = 0            # steps that failed as a whole
 
 
 def served_model_profile(config: LlamaConfig, name: str, tp: int = 1) -> ModelProfile:
@@ -118,6 +133,10 @@ class LLMEngine:
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.steps = 0
+        self.request_failures = 0                     # requests the engine finished with an error
+        self.step_failures = 0
+        self.consecutive_step_failures = 0
+        self._step_outputs: list[RequestOutput] = []
         log.info("engine ready", extra={"model": str(self.model_dir), "device": config.device,
                                         "profile": profile.name, "num_blocks": num_blocks,
                                         "max_model_len": self.max_model_len})
@@ -129,43 +148,35 @@ class LLMEngine:
         Returns the prompt token ids (in a `ResumedPrompt` for a resumed request) and the params
         with `max_tokens` resolved."""
         resumed = prompt if isinstance(prompt, ResumedPrompt) else None
-        ids = self._token_ids(resumed.prompt if resumed else prompt)
-        if not ids:
-            raise RequestError("the prompt is empty")
-        self._check_vocabulary("prompt token ids", ids)
-        self._check_vocabulary("stop_token_ids", params.stop_token_ids)
-        if len(ids) >= self.max_model_len:
-            raise RequestError(
-                f"the prompt has {len(ids)} tokens, but this model's maximum context length is "
-                f"{self.max_model_len} tokens (prompt plus at least one generated token)")
-        room = self.max_model_len - len(ids)
-        if params.max_tokens is None:
-            params = SamplingParams(**{**params.__dict__, "max_tokens": room})
-        elif params.max_tokens > room:
-            raise RequestError(
-                f"this model's maximum context length is {self.max_model_len} tokens, but "
-                f"{len(ids) + params.max_tokens} were requested ({len(ids)} in the prompt, "
-                f"{params.max_tokens} in the completion); reduce the prompt or max_tokens")
-        if resumed is not None:
-            return self._validate_resumed(ids, resumed, params), params
+        try:
+            ids = self._token_ids(resumed.prompt if resumed else prompt)
+            if not ids:
+                raise RequestError("the prompt is empty", param="prompt")
+            check_token_ids(params.stop_token_ids, "stop_token_ids", self.model.config.vocab_size)
+            max_tokens = resolve_max_tokens(len(ids), params.max_tokens, params.min_tokens, self.max_model_len)
+            if max_tokens != params.max_tokens:
+                params = SamplingParams(**{**params.__dict__, "max_tokens": max_tokens})
+            if resumed is not None:
+                return self._validate_resumed(ids, resumed, params), params
+        except RequestError:
+            raise
+        except InvalidRequest as exc:           # the shared rules' error, as the engine's
+            raise RequestError(exc.message, param=exc.param, code=exc.code) from None
         return ids, params
 
     def _token_ids(self, prompt: str | Seq[int]) -> list[int]:
         if isinstance(prompt, str):
-            return self.tokenizer.encode(prompt)
-        return [int(t) for t in prompt]
+            return self.tokenizer.encode(check_text(prompt, "prompt"))
+        return check_token_ids(prompt, "prompt token ids", self.model.config.vocab_size, param="prompt")
 
-    def _check_vocabulary(self, what: str, ids: Seq[int]) -> None:
-        vocab = self.model.config.vocab_size
-        bad = [t for t in ids if not 0 <= t < vocab]
-        if bad:
-            raise RequestError(f"{what} {bad[:5]} are outside the vocabulary [0, {vocab})")
+    def _check_vocabulary(self, what: str, ids: Seq[int], param: str) -> list[int]:
+        return check_token_ids(ids, what, self.model.config.vocab_size, param=param)
 
     def _validate_resumed(self, ids: list[int], resumed: ResumedPrompt, params: SamplingParams) -> ResumedPrompt:
         """The resumed output must be tokens this request could have produced: in the vocabulary,
         within the context and max_tokens with room for one more, `sent_chars` within its text."""
         outputs = [int(t) for t in resumed.output_token_ids]
-        self._check_vocabulary("resumed output token ids", outputs)
+        self._check_vocabulary("resumed output token ids", outputs, "resumed")
         if len(ids) + len(outputs) >= self.max_model_len:
             raise RequestError(
                 f"the prompt ({len(ids)} tokens) and the resumed output ({len(outputs)} tokens) fill "
@@ -190,9 +201,38 @@ class LLMEngine:
         `prefill_only`: it ends after its first token with finish reason "prefilled" and its KV
         pinned under its request id (see `read_pinned_kv`)."""
         seq = self._new_sequence(request_id, prompt, params, priority, arrival_time, validated)
-        seq.prefill_only = prefill_only
-        self.scheduler.add(seq)
+        with self._undone_on_error(seq):
+            seq.prefill_only = prefill_only
+            self.scheduler.add(seq)
         return seq
+
+    @contextmanager
+    def _undone_on_error(self, seq: Sequence):
+        """Whatever raises in the block leaves no trace of `seq` (no blocks, no queue entry)."""
+        try:
+            yield
+        except BaseException:
+            self._discard(seq, SequenceStatus.FINISHED_ERROR)
+            raise
+
+    def _discard(self, seq: Sequence, status: SequenceStatus, keep_output: bool = False) -> None:
+        """Take `seq` out of wherever it is — running, waiting, receiving — freeing its blocks
+        (`keep_output`: its text state stays for a last `make_output`)."""
+        rid = seq.request_id
+        if self.requests.get(rid) is seq:
+            del self.requests[rid]
+        if not keep_output:
+            self.outputs.forget(rid)
+        if self.receiving.get(rid) is seq:
+            del self.receiving[rid]
+            self.block_manager.free(seq)
+        elif any(s is seq for s in self.scheduler.running):
+            self.scheduler.finish(seq, status)
+        elif any(s is seq for s in self.scheduler.waiting):
+            self.scheduler.abort(seq)
+        elif seq.block_table:
+            self.block_manager.free(seq)
+        seq.status = status
 
     def _new_sequence(self, request_id, prompt, params, priority, arrival_time, validated) -> Sequence:
         if request_id in self.requests or self.pins.get(request_id) is not None:
@@ -205,9 +245,10 @@ class LLMEngine:
         seq.rng = np.random.default_rng(params.seed if params.seed is not None
                                         else int(self._rng.integers(2**63)))
         self.requests[request_id] = seq
-        self.outputs.add(seq)
-        if resumed is not None:
-            self._resume(seq, resumed)
+        with self._undone_on_error(seq):
+            self.outputs.add(seq)
+            if resumed is not None:
+                self._resume(seq, resumed)
         return seq
 
     def _resume(self, seq: Sequence, resumed: ResumedPrompt) -> None:
@@ -219,15 +260,11 @@ class LLMEngine:
         self.outputs.resume(seq, resumed.output_token_ids, resumed.sent_chars)
 
     def abort_request(self, request_id: str) -> RequestOutput | None:
-        seq = self.requests.pop(request_id, None)
+        seq = self.requests.get(request_id)
         if seq is None:
             self.release_kv(request_id)          # a pinned prefill whose caller went away
             return None
-        if self.receiving.pop(request_id, None) is not None:
-            self.block_manager.free(seq)
-            seq.status = SequenceStatus.FINISHED_ABORTED
-        else:
-            self.scheduler.abort(seq)
+        self._discard(seq, SequenceStatus.FINISHED_ABORTED, keep_output=True)
         return self.outputs.make_output(seq, [], [])
 
     # ---- prefill/decode split: the prefill side ---------------------------------------------
@@ -273,18 +310,19 @@ class LLMEngine:
         here (their KV need not be pulled), or None when the pool has no room now. Then exactly one
         of `commit_kv` (the pulled KV) or `prefill_locally` must follow."""
         seq = self._new_sequence(request_id, None, None, priority, arrival_time, validated)
-        self.sampler.skip_draws(seq, 1)          # the prefill instance drew the first token
-        if self.outputs.on_token(seq, first_token) is not None:
-            raise RequestError("the first token already finishes the request; nothing to decode")
-        self.outputs.mark_sent(request_id, sent_chars)
-        seq.num_cached_tokens = num_cached_tokens
-        self.receiving[request_id] = seq
-        bm = self.block_manager
-        computed = bm.get_computed_blocks(seq)
-        if not bm.allocate_slots(seq, seq.num_prompt_tokens - len(computed) * bm.block_size, computed):
-            return None
-        bm.record_prefix_lookup(seq.num_prompt_tokens, len(computed) * bm.block_size)
-        return len(computed)
+        with self._undone_on_error(seq):
+            self.sampler.skip_draws(seq, 1)          # the prefill instance drew the first token
+            if self.outputs.on_token(seq, first_token) is not None:
+                raise RequestError("the first token already finishes the request; nothing to decode")
+            self.outputs.mark_sent(request_id, sent_chars)
+            seq.num_cached_tokens = num_cached_tokens
+            self.receiving[request_id] = seq
+            bm = self.block_manager
+            computed = bm.get_computed_blocks(seq)
+            if not bm.allocate_slots(seq, seq.num_prompt_tokens - len(computed) * bm.block_size, computed):
+                return None
+            bm.record_prefix_lookup(seq.num_prompt_tokens, len(computed) * bm.block_size)
+            return len(computed)
 
     def commit_kv(self, request_id: str, kv: KVBlocks) -> bool:
         """Write the pulled KV into the reserved blocks; the request decodes from its next step.
@@ -318,41 +356,97 @@ class LLMEngine:
 
     # ---- one step ---------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
+        """One step. An exception raised for one request — sampling its row, detokenizing or
+        stop-checking its token — finishes that request with finish_reason "error" (its output
+        carries the error) and the others go on. An exception of the step as a whole (scheduling,
+        the model's forward pass, pricing) cannot be pinned on one request: every request of the
+        step fails, the pool is checked, and the engine goes on — unless the pool no longer adds
+        up or `MAX_STEP_FAILURES` steps in a row failed, when `EngineBroken` is raised."""
         started = time.monotonic()
-        sched = self.scheduler.schedule()
-        if sched.empty:
-            return []
-        logits, inp = self.runner.run(sched)
-        tokens, logprobs = self.sampler(logits, [s.seq for s in inp.sampling]) if inp.sampling else ([], [])
-        outputs = self._postprocess(sched, inp.sampling, tokens, logprobs)
-        self.device.run_step(inp.shape, started)
-        self.steps += 1
-        return outputs
+        self._step_outputs: list[RequestOutput] = []
+        sched = None
+        try:
+            sched = self.scheduler.schedule()
+            if sched.empty:
+                return []
+            logits, inp = self.runner.run(sched)
+            seqs = [s.seq for s in inp.sampling]
+            tokens, logprobs, errors = self.sampler.sample(logits, seqs) if seqs else ([], [], {})
+            self._postprocess(sched, inp.sampling, tokens, logprobs, errors)
+            self.device.run_step(inp.shape, started)
+        except Exception as exc:  # noqa: BLE001 - the step's requests fail, the engine is checked
+            self._fail_step(sched, exc)
+        else:
+            self.consecutive_step_failures = 0
+            self.steps += 1
+        return self._step_outputs
 
-    def _postprocess(self, sched, sampling, tokens, logprobs) -> list[RequestOutput]:
+    def _postprocess(self, sched, sampling, tokens, logprobs, errors) -> None:
         bm = self.block_manager
         for s in sched.scheduled:
             if s.seq.num_computed_tokens < s.seq.num_prompt_tokens:
                 self.prompt_tokens += min(s.num_new_tokens, s.seq.num_prompt_tokens - s.seq.num_computed_tokens)
             s.seq.num_computed_tokens += s.num_new_tokens
             bm.cache_blocks(s.seq)
-        outputs = []
         now = time.monotonic()
-        for s, token, lp in zip(sampling, tokens, logprobs):
+        for i, (s, token, lp) in enumerate(zip(sampling, tokens, logprobs)):
             seq = s.seq
-            if seq.first_token_time is None:
-                seq.first_token_time = now
-            self.generation_tokens += 1
-            finished = self.outputs.on_token(seq, token)
-            if finished is None and seq.prefill_only:
-                self.scheduler.detach(seq, SequenceStatus.PREFILLED)   # blocks stay referenced
-                self.pins.pin(seq, self.config.kv_pin_ttl_s)
-                self.requests.pop(seq.request_id, None)
-            elif finished is not None:
-                self.scheduler.finish(seq, finished)
-                self.requests.pop(seq.request_id, None)
-            outputs.append(self.outputs.make_output(seq, [token], [lp] if lp is not None else []))
-        return outputs
+            if i in errors:
+                self._fail_request(seq, errors[i])
+                continue
+            try:
+                self._on_sampled(seq, token, lp, now)
+            except Exception as exc:  # noqa: BLE001 - this request fails alone
+                self._fail_request(seq, exc)
+
+    def _on_sampled(self, seq: Sequence, token: int, lp, now: float) -> None:
+        if seq.first_token_time is None:
+            seq.first_token_time = now
+        self.generation_tokens += 1
+        finished = self.outputs.on_token(seq, token)
+        if finished is None and seq.prefill_only:
+            self.scheduler.detach(seq, SequenceStatus.PREFILLED)   # blocks stay referenced
+            self.pins.pin(seq, self.config.kv_pin_ttl_s)
+            self.requests.pop(seq.request_id, None)
+        elif finished is not None:
+            self.scheduler.finish(seq, finished)
+            self.requests.pop(seq.request_id, None)
+        self._step_outputs.append(self.outputs.make_output(seq, [token], [lp] if lp is not None else []))
+
+    def _fail_request(self, seq: Sequence, exc: BaseException) -> None:
+        """Finish `seq` with finish_reason "error" (its blocks freed); the others go on."""
+        error = f"{type(exc).__name__}: {exc}"
+        log.error("the engine failed a request; it alone is finished with an error",
+                  exc_info=(type(exc), exc, exc.__traceback__),
+                  extra={"request_id": seq.request_id, "error": error})
+        self.request_failures += 1
+        self._discard(seq, SequenceStatus.FINISHED_ERROR)
+        self._step_outputs.append(RequestOutput(
+            request_id=seq.request_id, new_token_ids=[], new_text="", finished=True, finish_reason="error",
+            num_prompt_tokens=seq.num_prompt_tokens, num_output_tokens=seq.num_output_tokens,
+            num_cached_tokens=seq.num_cached_tokens, error=error))
+
+    def _fail_step(self, sched, exc: Exception) -> None:
+        """A step failed as a whole: fail the requests it computed, then decide whether the engine
+        can go on (raising EngineBroken when not)."""
+        self.consecutive_step_failures += 1
+        self.step_failures += 1
+        log.error("an engine step failed; its requests are finished with an error",
+                  exc_info=(type(exc), exc, exc.__traceback__),
+                  extra={"consecutive": self.consecutive_step_failures, "error": f"{type(exc).__name__}: {exc}"})
+        done = {o.request_id for o in self._step_outputs}
+        try:
+            for s in (sched.scheduled if sched is not None else []):
+                if s.seq.request_id not in done and not s.seq.status.finished:
+                    self._fail_request(s.seq, StepFailed(f"the engine step that computed it failed: "
+                                                         f"{type(exc).__name__}: {exc}"))
+            self.check_invariants()
+        except Exception as broken:  # noqa: BLE001
+            raise EngineBroken(f"an engine step failed ({type(exc).__name__}: {exc}) and the KV pool "
+                               f"no longer adds up ({type(broken).__name__}: {broken})") from exc
+        if self.consecutive_step_failures >= MAX_STEP_FAILURES:
+            raise EngineBroken(f"{self.consecutive_step_failures} engine steps in a row failed "
+                               f"(last: {type(exc).__name__}: {exc})") from exc
 
     # ---- observability ----------------------------------------------------------------------
     def stats(self) -> EngineStats:
@@ -365,7 +459,8 @@ class LLMEngine:
             emulated_time_s=pacer.emulated_time_s, host_time_s=pacer.host_time_s,
             lag_time_s=pacer.lag_time_s, num_pinned=len(self.pins), num_pinned_blocks=self.pins.num_blocks,
             num_receiving=len(self.receiving), kv_transfers=self.device.kv_transfers,
-            kv_transfer_s=self.device.kv_transfer_s, kv_transfer_bytes=self.device.kv_transfer_bytes)
+            kv_transfer_s=self.device.kv_transfer_s, kv_transfer_bytes=self.device.kv_transfer_bytes,
+            request_failures=self.request_failures, step_failures=self.step_failures)
 
     def check_invariants(self) -> None:
         """The pool adds up, counting every holder of blocks: running, pinned and receiving."""

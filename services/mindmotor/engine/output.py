@@ -17,12 +17,13 @@ class RequestOutput:
     new_token_ids: list[int]
     new_text: str
     finished: bool
-    finish_reason: str | None = None          # "stop" | "length" | "abort"
+    finish_reason: str | None = None          # "stop" | "length" | "abort" | "error"
     stop_reason: int | str | None = None      # the stop token id or stop string that matched
     num_prompt_tokens: int = 0
     num_output_tokens: int = 0
     num_cached_tokens: int = 0
     new_logprobs: list[TokenLogprob] = field(default_factory=list)
+    error: str | None = None                  # finish_reason "error": what the engine raised for it
 
 
 class OutputProcessor:
@@ -42,6 +43,11 @@ class OutputProcessor:
     def add(self, seq: Sequence) -> None:
         self._detok[seq.request_id] = IncrementalDetokenizer(self.tokenizer, seq.prompt_token_ids)
         self._emitted[seq.request_id] = 0
+
+    def forget(self, request_id: str) -> None:
+        """Drop a request's state (it failed)."""
+        self._detok.pop(request_id, None)
+        self._emitted.pop(request_id, None)
 
     def mark_sent(self, request_id: str, num_chars: int) -> None:
         """The first `num_chars` characters of the output text were sent by someone else (the

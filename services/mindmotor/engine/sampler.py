@@ -40,20 +40,45 @@ class Sampler:
             seq.rng.random(num_tokens)
 
     def __call__(self, logits: np.ndarray, seqs: list[Sequence]) -> tuple[list[int], list[TokenLogprob | None]]:
-        """logits: [num_seqs, vocab] float32 → a token and (when asked) its logprobs per sequence."""
+        """logits: [num_seqs, vocab] float32 → a token and (when asked) its logprobs per sequence.
+        Raises the first row's error, if any (see `sample`)."""
+        tokens, logprobs, errors = self.sample(logits, seqs)
+        if errors:
+            raise next(iter(errors.values()))
+        return tokens, logprobs
+
+    def sample(self, logits: np.ndarray, seqs: list[Sequence]
+               ) -> tuple[list[int], list[TokenLogprob | None], dict[int, Exception]]:
+        """As `__call__`, each row on its own: a row whose sampling raises (its logits are not
+        finite, ...) is returned in the errors (row -> exception; its token is -1) and the other
+        rows are sampled as if it were not there (every row draws from its own generator)."""
         raw = logits
-        logits = self._apply_penalties_and_masks(logits, seqs)
-        tokens = np.empty(len(seqs), dtype=np.int64)
-        greedy = np.array([s.params.greedy for s in seqs])
+        errors: dict[int, Exception] = {}
+        logits = self._apply_penalties_and_masks(logits, seqs, errors)
+        tokens = np.full(len(seqs), -1, dtype=np.int64)
+        greedy = np.array([s.params.greedy and i not in errors for i, s in enumerate(seqs)], dtype=bool)
         if greedy.any():
             tokens[greedy] = logits[greedy].argmax(axis=-1)
         for i in np.flatnonzero(~greedy):
-            tokens[i] = self._sample_row(logits[i], seqs[i])
-        logprobs = [self._logprobs(raw[i], int(tokens[i]), s.params.logprobs)
-                    if s.params.logprobs is not None else None for i, s in enumerate(seqs)]
-        return tokens.tolist(), logprobs
+            if i in errors:
+                continue
+            try:
+                tokens[i] = self._sample_row(logits[i], seqs[i])
+            except Exception as exc:  # noqa: BLE001 - this row's request fails alone
+                errors[int(i)] = exc
+        logprobs: list[TokenLogprob | None] = []
+        for i, s in enumerate(seqs):
+            lp = None
+            if s.params.logprobs is not None and i not in errors:
+                try:
+                    lp = self._logprobs(raw[i], int(tokens[i]), s.params.logprobs)
+                except Exception as exc:  # noqa: BLE001
+                    errors[i] = exc
+            logprobs.append(lp)
+        return tokens.tolist(), logprobs, errors
 
-    def _apply_penalties_and_masks(self, logits: np.ndarray, seqs: list[Sequence]) -> np.ndarray:
+    def _apply_penalties_and_masks(self, logits: np.ndarray, seqs: list[Sequence],
+                                   errors: dict[int, Exception]) -> np.ndarray:
         copied = False
         for i, seq in enumerate(seqs):
             p = seq.params
@@ -63,14 +88,21 @@ class Sampler:
                 continue
             if not copied:
                 logits, copied = logits.copy(), True
-            if penalize:
-                ids, counts = np.unique(np.asarray(seq.output_token_ids), return_counts=True)
-                logits[i, ids] -= p.frequency_penalty * counts + p.presence_penalty
-            if mask_stops:
-                stop_ids = list(p.stop_token_ids) + ([] if p.ignore_eos else list(self.eos_token_ids))
-                if stop_ids:
-                    logits[i, stop_ids] = -np.inf
+            try:
+                self._penalize_row(logits, i, seq, penalize, mask_stops)
+            except Exception as exc:  # noqa: BLE001 - this row's request fails alone
+                errors[i] = exc
         return logits
+
+    def _penalize_row(self, logits: np.ndarray, i: int, seq: Sequence, penalize, mask_stops: bool) -> None:
+        p = seq.params
+        if penalize:
+            ids, counts = np.unique(np.asarray(seq.output_token_ids), return_counts=True)
+            logits[i, ids] -= p.frequency_penalty * counts + p.presence_penalty
+        if mask_stops:
+            stop_ids = list(p.stop_token_ids) + ([] if p.ignore_eos else list(self.eos_token_ids))
+            if stop_ids:
+                logits[i, stop_ids] = -np.inf
 
     def _sample_row(self, row: np.ndarray, seq: Sequence) -> int:
         p = seq.params
@@ -81,6 +113,8 @@ class Sampler:
             row = row[candidates]
         probs = np.exp(row - row.max())
         probs /= probs.sum()
+        if not np.isfinite(probs).all():
+            raise ValueError("this request's next-token distribution is not finite (NaN or inf logits)")
         if p.top_p < 1.0:
             order = np.argsort(-probs, kind="stable")
             cumulative = np.cumsum(probs[order])

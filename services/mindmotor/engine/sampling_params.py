@@ -1,9 +1,13 @@
 """`SamplingParams`: how one request's tokens are chosen and when it stops. Validated on creation;
-every bad value raises `ValueError` with a message a user can act on."""
+every bad value raises `InvalidRequest` (a `ValueError`) naming the field, with a message a user
+can act on. The ranges fit the wire (worker.proto) and numpy: see `request_rules`."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+
+from .request_rules import INT32_MAX, INT64_MAX, UINT32_MAX, InvalidRequest, check_texts, check_token_ids
 
 
 @dataclass
@@ -24,45 +28,61 @@ class SamplingParams:
     skip_special_tokens: bool = True
 
     MAX_LOGPROBS = 20
+    GREEDY_BELOW = 1e-5                # a smaller temperature samples as greedy (1 / t would overflow)
 
     def __post_init__(self):
         if isinstance(self.stop, str):
             self.stop = [self.stop]
         self.stop = list(self.stop or [])
-        self.stop_token_ids = [int(t) for t in (self.stop_token_ids or [])]
+        self.stop_token_ids = check_token_ids(self.stop_token_ids or [], "stop_token_ids")
         if self.top_k == 0:
             self.top_k = -1
         self._validate()
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0 or self.top_k == 1
+        return self.temperature < self.GREEDY_BELOW or self.top_k == 1
 
     def _validate(self) -> None:
-        def bad(message: str):
-            raise ValueError(message)
+        def bad(param: str, message: str):
+            raise InvalidRequest(message, param=param)
 
+        for name in ("max_tokens", "top_k", "seed", "min_tokens", "logprobs"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                bad(name, f"{name} must be an integer, got {value!r}")
+        for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                bad(name, f"{name} must be a finite number, got {value!r}")
         if self.max_tokens is not None and self.max_tokens < 1:
-            bad(f"max_tokens must be at least 1, got {self.max_tokens}")
+            bad("max_tokens", f"max_tokens must be at least 1, got {self.max_tokens}")
+        if self.max_tokens is not None and self.max_tokens > UINT32_MAX:
+            bad("max_tokens", f"max_tokens must be below 2^32, got {self.max_tokens}")
         if not 0.0 <= self.temperature <= 2.0:
-            bad(f"temperature must be in [0, 2], got {self.temperature}")
+            bad("temperature", f"temperature must be in [0, 2], got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
-            bad(f"top_p must be in (0, 1], got {self.top_p}")
+            bad("top_p", f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < -1:
-            bad(f"top_k must be -1 (disable), or at least 1, got {self.top_k}")
+            bad("top_k", f"top_k must be -1 (disable), or at least 1, got {self.top_k}")
+        if self.top_k > INT32_MAX:
+            bad("top_k", f"top_k must be below 2^31, got {self.top_k}")
         if not -2.0 <= self.presence_penalty <= 2.0:
-            bad(f"presence_penalty must be in [-2, 2], got {self.presence_penalty}")
+            bad("presence_penalty", f"presence_penalty must be in [-2, 2], got {self.presence_penalty}")
         if not -2.0 <= self.frequency_penalty <= 2.0:
-            bad(f"frequency_penalty must be in [-2, 2], got {self.frequency_penalty}")
+            bad("frequency_penalty", f"frequency_penalty must be in [-2, 2], got {self.frequency_penalty}")
         if self.min_tokens < 0:
-            bad(f"min_tokens must be at least 0, got {self.min_tokens}")
+            bad("min_tokens", f"min_tokens must be at least 0, got {self.min_tokens}")
+        if self.min_tokens > UINT32_MAX:
+            bad("min_tokens", f"min_tokens must be below 2^32, got {self.min_tokens}")
         if self.max_tokens is not None and self.min_tokens > self.max_tokens:
-            bad(f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})")
+            bad("min_tokens", f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})")
         if self.logprobs is not None and not 0 <= self.logprobs <= self.MAX_LOGPROBS:
-            bad(f"logprobs must be in [0, {self.MAX_LOGPROBS}], got {self.logprobs}")
+            bad("logprobs", f"logprobs must be in [0, {self.MAX_LOGPROBS}], got {self.logprobs}")
         if any(not isinstance(s, str) or not s for s in self.stop):
-            bad("stop strings must be non-empty strings")
+            bad("stop", "stop strings must be non-empty strings")
         if len(self.stop) > 16:
-            bad(f"at most 16 stop strings are allowed, got {len(self.stop)}")
-        if self.seed is not None and not -(2**63) <= self.seed < 2**64:
-            bad(f"seed must fit in 64 bits, got {self.seed}")
+            bad("stop", f"at most 16 stop strings are allowed, got {len(self.stop)}")
+        check_texts(self.stop, "stop")
+        if self.seed is not None and not 0 <= self.seed <= INT64_MAX:
+            bad("seed", f"seed must be in [0, 2^63 - 1], got {self.seed}")

@@ -18,12 +18,14 @@ class SequenceStatus(enum.Enum):
     FINISHED_LENGTH = "length"       # max_tokens or the model's context
     FINISHED_ABORTED = "abort"
     PREFILLED = "prefilled"          # prefill-only: first token sampled, KV pinned for a decode instance
+    FINISHED_ERROR = "error"         # the engine raised while serving it (the request alone fails)
 
     @property
     def finished(self) -> bool:
         """Whether the engine is done computing the request (a PREFILLED one is, here)."""
         return self in (SequenceStatus.FINISHED_STOPPED, SequenceStatus.FINISHED_LENGTH,
-                        SequenceStatus.FINISHED_ABORTED, SequenceStatus.PREFILLED)
+                        SequenceStatus.FINISHED_ABORTED, SequenceStatus.PREFILLED,
+                        SequenceStatus.FINISHED_ERROR)
 
 
 @dataclass

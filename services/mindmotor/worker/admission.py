@@ -2,7 +2,11 @@
 
 Draining is one-way: once started (Drain RPC or SIGTERM) the worker refuses new requests, lets
 the in-flight ones finish, and `wait_idle` tells the server when it may stop. A *pause* (for a
-role switch) looks the same from outside but ends with `resume`. Used from the event loop only.
+role switch) looks the same from outside but ends with `resume`. A worker whose engine died is
+*failed*: it refuses everything for good (it is about to exit). Used from the event loop only.
+
+At most `max_in_flight` requests are served at once (`--max-concurrent-requests`); one more is
+refused as busy (RESOURCE_EXHAUSTED), which a coordinator answers by trying another instance.
 """
 
 from __future__ import annotations
@@ -13,12 +17,17 @@ from typing import Awaitable, Callable, Iterator
 
 SERVING = "serving"
 DRAINING = "draining"
+FAILED = "failed"                          # the engine died; the worker is going away
 
 
 class Admission:
-    def __init__(self) -> None:
+    def __init__(self, max_in_flight: int = 4096) -> None:
+        if max_in_flight < 1:
+            raise ValueError(f"the concurrent request limit must be at least 1, got {max_in_flight}")
+        self.max_in_flight = max_in_flight
         self.draining = False
         self.paused = False
+        self.failed = False
         self.in_flight: set[str] = set()       # request ids of Generate calls not yet finished
         self._idle = asyncio.Event()
         self._idle.set()
@@ -26,11 +35,21 @@ class Admission:
 
     @property
     def state(self) -> str:
+        if self.failed:
+            return FAILED
         return DRAINING if self.draining or self.paused else SERVING
 
     @property
     def accepting(self) -> bool:
         return self.state == SERVING
+
+    @property
+    def full(self) -> bool:
+        return len(self.in_flight) >= self.max_in_flight
+
+    def fail(self) -> None:
+        """The engine died: refuse everything from now on."""
+        self.failed = True
 
     def pause(self) -> None:
         """Refuse new requests until `resume` (a drain started meanwhile stays)."""
@@ -69,3 +88,12 @@ class Admission:
         except asyncio.TimeoutError:
             return False
         return True
+
+
+def server_options(max_in_flight: int) -> list[tuple[str, int]]:
+    """gRPC server options under which the concurrency limit, not gRPC, refuses calls: gRPC core
+    sheds calls the application has not picked up yet once more than `max_pending_requests` wait
+    (randomly up to the hard limit, then all), answering them CANCELLED — which looks like a
+    failed worker. Both limits are raised above the worker's own."""
+    soft = max_in_flight + 1000
+    return [("grpc.server.max_pending_requests", soft), ("grpc.server.max_pending_requests_hard_limit", 2 * soft)]

@@ -28,6 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     net.add_argument("--worker-id", default=None, help="name in logs and Status (default: HOST-PID)")
     net.add_argument("--drain-timeout", type=float, default=30.0,
                      help="seconds SIGTERM waits for in-flight requests (default: %(default)s)")
+    net.add_argument("--max-concurrent-requests", type=int, default=4096, metavar="N",
+                     help="Generate and Prefill calls served at once; one more is refused with "
+                          "RESOURCE_EXHAUSTED, so the coordinator tries another instance (default: %(default)s)")
     net.add_argument("--log-level", default="INFO", help="(default: %(default)s)")
 
     ctl = parser.add_argument_group("cluster")
@@ -93,6 +96,7 @@ def config_from_args(args: argparse.Namespace):
                         served_model_name=args.served_model_name, deployment=args.deployment,
                         version=args.version, weight=args.weight,
                         role=args.role, kv_pull_timeout_s=args.kv_pull_timeout,
+                        max_concurrent_requests=args.max_concurrent_requests,
                         **({"node": args.node} if args.node else {}))
 
 

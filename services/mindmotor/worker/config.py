@@ -27,6 +27,7 @@ class WorkerConfig:
     node: str = field(default_factory=socket.gethostname)  # same node: KV moves over HCCS
     kv_pull_timeout_s: float = 5.0    # decode side: longest KV pull before prefilling locally
     role_drain_timeout_s: float = 30.0  # a role switch waits this long for in-flight requests
+    max_concurrent_requests: int = 4096  # Generate/Prefill calls served at once; more: RESOURCE_EXHAUSTED
     controller: str | None = None     # "host:port[,host:port...]": register and heartbeat there
     advertise_address: str | None = None  # the address others should dial (default: host:port)
     served_model_name: str | None = None  # the model name served (Status, ModelInfo, registration);
@@ -42,6 +43,8 @@ class WorkerConfig:
             raise ValueError(f"role must be one of mixed, prefill, decode, got {self.role!r}")
         if self.kv_pull_timeout_s <= 0:
             raise ValueError(f"the KV pull timeout must be positive, got {self.kv_pull_timeout_s}")
+        if self.max_concurrent_requests < 1:
+            raise ValueError(f"max_concurrent_requests must be at least 1, got {self.max_concurrent_requests}")
         if self.drain_timeout_s < 0:
             raise ValueError(f"drain timeout must be at least 0, got {self.drain_timeout_s}")
 

@@ -64,6 +64,9 @@ class EngineCollector(Collector):
                        stats.prompt_tokens)
         yield _counter("mindmotor_generation_tokens", "Tokens generated", stats.generation_tokens)
         yield _counter("mindmotor_engine_steps", "Engine steps run", stats.steps)
+        yield _counter("mindmotor_engine_request_failures", "Requests the engine finished with an error "
+                       "(it raised for them; the others went on)", stats.request_failures)
+        yield _counter("mindmotor_engine_step_failures", "Engine steps that failed as a whole", stats.step_failures)
         yield _counter("mindmotor_emulated_busy_seconds", "Emulated device time of all steps",
                        stats.emulated_time_s)
         yield _counter("mindmotor_host_lag_seconds", "Host time beyond the emulated time (host-bound steps)",
@@ -112,6 +115,9 @@ class WorkerMetrics:
                                     "(pulled, or fallback: prefilled here)", ["outcome"], registry=self.registry)
         self.role_switches = Counter("mindmotor_role_switches", "Role changes (SetRole)", ["role"],
                                      registry=self.registry)
+        self.refused = Counter("mindmotor_requests_refused", "Generate and Prefill calls refused before the "
+                               "engine: invalid_argument, busy (the concurrency limit), engine_dead", ["reason"],
+                               registry=self.registry)
         self.recent_ttft = LatencyWindow()
         self.recent_tpot = LatencyWindow()
 

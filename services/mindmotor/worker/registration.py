@@ -7,6 +7,7 @@ model's traffic between them), else the checkpoint directory's name.
 A `drain` command from the controller drains the worker exactly as SIGTERM's first phase does
 (no new requests; in-flight ones finish) without exiting. Each heartbeat carries the p90 TTFT
 and TPOT of the recent requests (`metrics.recent_ttft` / `recent_tpot`) for the P/D ratio policy.
+A worker whose engine died heartbeats "draining" (not routable) until it exits.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import socket
 from mindmotor.controller.client import InstanceAgent, InstanceLoad
 from mindmotor.protocol import controller_pb2
 
-from .admission import Admission
+from .admission import DRAINING, FAILED, Admission
 from .config import WorkerConfig
 from .service import WorkerService
 
@@ -50,7 +51,9 @@ async def start_agent(config: WorkerConfig, port: int, metrics_port: int, servic
         ttft_p90, ttft_n = service.metrics.recent_ttft.percentile(90)
         tpot_p90, tpot_n = service.metrics.recent_tpot.percentile(90)
         return InstanceLoad(running=current.load.running, waiting=current.load.waiting,
-                            kv_usage=current.load.kv_usage, state=admission.state, role=current.role,
+                            kv_usage=current.load.kv_usage, role=current.role,
+                            # a failed worker (dead engine) is not routable: the controller knows "draining"
+                            state=DRAINING if admission.state == FAILED else admission.state,
                             ttft_p90_s=ttft_p90, tpot_p90_s=tpot_p90, ttft_samples=ttft_n, tpot_samples=tpot_n)
 
     async def on_drain(reason: str) -> None:

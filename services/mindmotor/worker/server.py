@@ -3,6 +3,8 @@
 Lifecycle: load → serve (health SERVING, ready line on stdout) → SIGTERM or SIGINT → drain
 (health NOT_SERVING, Generate answers UNAVAILABLE, in-flight requests finish, bounded by the drain
 timeout; a second signal cuts it short) → stop the server, the metrics port and the engine.
+If the engine dies instead, the worker stops serving at once (health NOT_SERVING, Status state
+"failed", heartbeats "draining", then deregisters) and exits with status 1 to be replaced.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from grpc_health.v1._async import HealthServicer
 from mindmotor.engine.async_engine import AsyncLLMEngine
 from mindmotor.protocol import worker_pb2, worker_pb2_grpc
 
-from .admission import Admission
+from .admission import Admission, server_options
 from .config import WorkerConfig, ready_line
 from .metrics import WorkerMetrics
 from .registration import start_agent
@@ -33,7 +35,7 @@ STOP_GRACE_S = 1.0     # after the drain: time for the last responses (or aborts
 
 async def serve(config: WorkerConfig) -> int:
     engine = AsyncLLMEngine(config.engine)
-    admission = Admission()
+    admission = Admission(config.max_concurrent_requests)
     metrics = WorkerMetrics(engine, admission)
     service = WorkerService(engine, admission, metrics, config.worker_id,
                             config.served_model_name or engine.engine.model_name, config.role,
@@ -41,7 +43,7 @@ async def serve(config: WorkerConfig) -> int:
                             role_drain_timeout_s=config.role_drain_timeout_s)
     metrics.collector.role = lambda: service.role
     health = HealthServicer()
-    server = grpc.aio.server()
+    server = grpc.aio.server(options=server_options(config.max_concurrent_requests))
     worker_pb2_grpc.add_WorkerServicer_to_server(service, server)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     port = server.add_insecure_port(f"{config.host}:{config.port}")
@@ -53,12 +55,19 @@ async def serve(config: WorkerConfig) -> int:
     announce_ready(config, port, metrics_port, service)
     agent = await start_agent(config, port, metrics_port, service, admission) if config.controller else None
 
-    await signals.drain.wait()
-    log.info("draining", extra={"in_flight": len(admission.in_flight), "timeout_s": config.drain_timeout_s})
-    await admission.start_drain()
-    drained = await wait_drained(admission, config.drain_timeout_s, signals.now)
-    if not drained:
-        await abort_in_flight(engine, admission)
+    engine_died = await wait_for_stop(signals.drain, engine)
+    if engine_died:
+        log.critical("the engine died; the worker stops serving and exits",
+                     extra={"error": repr(engine.dead), "in_flight": len(admission.in_flight)})
+        admission.fail()
+        await set_health(health, serving=False)
+        drained = False
+    else:
+        log.info("draining", extra={"in_flight": len(admission.in_flight), "timeout_s": config.drain_timeout_s})
+        await admission.start_drain()
+        drained = await wait_drained(admission, config.drain_timeout_s, signals.now)
+        if not drained:
+            await abort_in_flight(engine, admission)
     await health.enter_graceful_shutdown()
     if agent is not None:
         await agent.stop()
@@ -66,8 +75,20 @@ async def serve(config: WorkerConfig) -> int:
     await service.kv.close()
     metrics_http.shutdown()
     engine.shutdown()
-    log.info("worker stopped", extra={"drained": drained})
-    return 0
+    log.info("worker stopped", extra={"drained": drained, "engine_died": engine_died})
+    return 1 if engine_died else 0
+
+
+async def wait_for_stop(drain: asyncio.Event, engine: AsyncLLMEngine) -> bool:
+    """Until a signal asks for a drain (False) or the engine thread dies (True)."""
+    loop = asyncio.get_running_loop()
+    died = asyncio.Event()
+    engine.on_dead(lambda _error: loop.call_soon_threadsafe(died.set))
+    waits = [asyncio.ensure_future(drain.wait()), asyncio.ensure_future(died.wait())]
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for task in waits:
+        task.cancel()
+    return died.is_set()
 
 
 async def abort_in_flight(engine: AsyncLLMEngine, admission: Admission) -> None:

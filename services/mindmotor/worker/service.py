@@ -1,8 +1,11 @@
 """`WorkerService`: the Worker RPCs (worker.proto) over one `AsyncLLMEngine`.
 
 Generate streams one chunk per engine output. A request the engine refuses fails alone with
-INVALID_ARGUMENT; a client that cancels or goes away cancels this handler's task, which closes
-the engine stream, which aborts the request and frees its KV blocks. A `resumed` request (moved
+INVALID_ARGUMENT; one the engine raised for fails alone with INTERNAL (trailing metadata
+`mindmotor-failure: request`); a dead engine answers UNAVAILABLE (`mindmotor-failure: engine`).
+Over the limit of concurrent requests a call is refused with RESOURCE_EXHAUSTED. A client that
+cancels or goes away cancels this handler's task, which closes the engine stream, which aborts
+the request and frees its KV blocks. A `resumed` request (moved
 here after its instance failed) continues after its output so far, which it does not repeat.
 
 Prefill/decode split: `Prefill` runs a prefill-only request (first token back, KV pinned under
@@ -24,10 +27,11 @@ from typing import NoReturn
 import grpc
 
 from mindmotor.common.logging import request_context
-from mindmotor.engine.async_engine import AsyncLLMEngine, EngineDeadError
+from mindmotor.engine.async_engine import AsyncLLMEngine, EngineDeadError, RequestFailed
 from mindmotor.engine.llm_engine import RequestError
 from mindmotor.engine.sampling_params import SamplingParams
 from mindmotor.protocol import worker_pb2 as pb
+from mindmotor.protocol.failure import ENGINE_DEAD, FAILURE_METADATA_KEY, PARAM_METADATA_KEY, REQUEST_FAILED
 from mindmotor.protocol import worker_pb2_grpc
 
 from .admission import Admission
@@ -92,17 +96,29 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
         return lambda: self.engine.generate(request_id, prompt, params, request.priority)
 
     async def _admit(self, request_id: str, request, context) -> tuple[str | list[int], SamplingParams]:
-        """Refuse (raising) when draining, for a duplicate id or a malformed request."""
+        """Refuse (raising) when the engine died, when draining, when at the concurrency limit, for
+        a duplicate id or a malformed request."""
+        if self.engine.dead is not None or self.admission.failed:
+            self.metrics.refused.labels(reason="engine_dead").inc()
+            await _refuse(context, grpc.StatusCode.UNAVAILABLE,
+                          "this worker's engine has stopped; the worker is going away: send it elsewhere",
+                          ENGINE_DEAD)
         if not self.admission.accepting:
             await _refuse(context, grpc.StatusCode.UNAVAILABLE,
                           "the worker is draining and takes no new requests; send it elsewhere")
+        if self.admission.full:
+            self.metrics.refused.labels(reason="busy").inc()
+            await _refuse(context, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"the worker is at its limit of {self.admission.max_in_flight} concurrent requests; "
+                          "send it elsewhere or retry later")
         if request_id in self.admission.in_flight:
             await _refuse(context, grpc.StatusCode.ALREADY_EXISTS,
                           f"request id {request_id!r} is already in use")
         try:
             return prompt_from_request(request), sampling_params_from_proto(request.sampling)
         except ValueError as exc:
-            await _refuse(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            self.metrics.refused.labels(reason="invalid_argument").inc()
+            await _refuse(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc), param=getattr(exc, "param", None))
 
     async def _remote_outputs(self, request_id: str, prompt: list[int], params: SamplingParams, priority: int,
                               remote: pb.RemotePrefill):
@@ -139,11 +155,17 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                             "duration_s": timer.elapsed_s})
         except RequestError as exc:
             finish_reason = None
-            await _refuse(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            self.metrics.refused.labels(reason="invalid_argument").inc()
+            await _refuse(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc), param=exc.param)
+        except RequestFailed as exc:
+            finish_reason = "error"
+            await _refuse(context, grpc.StatusCode.INTERNAL, f"the engine failed this request: {exc}",
+                          REQUEST_FAILED)
         except EngineDeadError as exc:
             finish_reason = "error"
             log.error("the engine is dead", extra={"error": str(exc)})
-            await context.abort(grpc.StatusCode.INTERNAL, str(exc))
+            await _refuse(context, grpc.StatusCode.UNAVAILABLE, f"this worker's engine has stopped: {exc}",
+                          ENGINE_DEAD)
         finally:
             if finish_reason is not None:
                 timer.on_finish(finish_reason)
@@ -189,9 +211,15 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                         async for out in outputs:
                             timer.on_tokens(len(out.new_token_ids))
                 except RequestError as exc:
-                    await _refuse(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+                    self.metrics.refused.labels(reason="invalid_argument").inc()
+                    await _refuse(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc), param=exc.param)
+                except RequestFailed as exc:
+                    timer.on_finish("error")
+                    await _refuse(context, grpc.StatusCode.INTERNAL, f"the engine failed this request: {exc}",
+                                  REQUEST_FAILED)
                 except EngineDeadError as exc:
-                    await context.abort(grpc.StatusCode.INTERNAL, str(exc))
+                    await _refuse(context, grpc.StatusCode.UNAVAILABLE, f"this worker's engine has stopped: {exc}",
+                                  ENGINE_DEAD)
                 timer.on_finish(out.finish_reason or "prefilled")
                 log.info("prefill done", extra={"finish_reason": out.finish_reason,
                                                 "prompt_tokens": len(ids), "ttft_s": timer.ttft_s,
@@ -232,7 +260,11 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
         return pb.DrainResponse(in_flight=in_flight, drained=in_flight == 0)
 
 
-async def _refuse(context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
-    """End the call with `code` (raises); the log line carries the request id."""
+async def _refuse(context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str,
+                  failure: str | None = None, param: str | None = None) -> NoReturn:
+    """End the call with `code` (raises); the log line carries the request id. `failure` and
+    `param`: the `mindmotor-failure` and `mindmotor-param` trailing metadata (protocol/failure.py)."""
     log.info("request refused", extra={"code": code.name, "reason": message})
-    await context.abort(code, message)
+    metadata = ((FAILURE_METADATA_KEY, failure),) if failure else ()
+    metadata += ((PARAM_METADATA_KEY, param),) if param else ()
+    await context.abort(code, message, trailing_metadata=metadata)

@@ -3,7 +3,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from ..errors import BadRequest
-from ..prompts import chat_text
+from ..prompts import chat_text, encode_text
 from ..schemas import DetokenizeRequest, TokenizeRequest
 from ..state import CoordinatorDep
 
@@ -18,7 +18,7 @@ async def tokenize(body: TokenizeRequest, request: Request, c: CoordinatorDep):
         raise BadRequest("give exactly one of 'prompt' and 'messages'", param="prompt")
     text = body.prompt if body.prompt is not None else chat_text(body.messages, model.tokenizer,
                                                                  body.add_generation_prompt)
-    tokens = model.tokenizer.encode(text)
+    tokens = encode_text(model.tokenizer, text, "prompt" if body.prompt is not None else "messages")
     out = {"count": len(tokens), "max_model_len": model.max_model_len or None, "tokens": tokens}
     if body.return_token_strs:
         out["token_strs"] = [model.tokenizer.id_to_token(t) for t in tokens]
