@@ -30,8 +30,9 @@ class _Process:
     thread, stderr to a log file, SIGTERM to it should the test process die), except that `stop`
     kills at once — tests do not wait for drains they do not test."""
 
-    def __init__(self, name: str, args: list[str], ready_prefix: str, log_path: Path):
-        self.child = ChildProcess(name, args, ready_prefix, log_path)
+    def __init__(self, name: str, args: list[str], ready_prefix: str, log_path: Path,
+                 program: list[str] | None = None):
+        self.child = ChildProcess(name, args, ready_prefix, log_path, program=program)
         self.proc = self.child.proc
         self.log_path = log_path
 
@@ -55,9 +56,10 @@ class _Process:
 
 
 class WorkerProcess(_Process):
-    def __init__(self, model_dir: Path, log_path: Path, *extra_args: str):
+    def __init__(self, model_dir: Path, log_path: Path, *extra_args: str, program: list[str] | None = None):
         super().__init__("worker", ["worker", "--model", str(model_dir), "--host", "127.0.0.1", "--port", "0",
-                                    "--metrics-port", "0", *extra_args], "MINDMOTOR_WORKER_READY", log_path)
+                                    "--metrics-port", "0", *extra_args], "MINDMOTOR_WORKER_READY", log_path,
+                         program=program)
         self.address = ""
         self.channel = None
 
@@ -80,10 +82,11 @@ class WorkerProcess(_Process):
             self.channel.close()
 
 
-def start_workers(model_dir: Path, log_dir: Path, count: int, *extra_args: str) -> list[WorkerProcess]:
+def start_workers(model_dir: Path, log_dir: Path, count: int, *extra_args: str,
+                  program: list[str] | None = None) -> list[WorkerProcess]:
     """`count` workers started at once, returned when all are ready."""
-    workers = [WorkerProcess(model_dir, log_dir / f"worker-{i}-{time.monotonic_ns()}.log", *extra_args)
-               for i in range(count)]
+    workers = [WorkerProcess(model_dir, log_dir / f"worker-{i}-{time.monotonic_ns()}.log", *extra_args,
+                             program=program) for i in range(count)]
     try:
         return [w.wait_ready() for w in workers]
     except BaseException:

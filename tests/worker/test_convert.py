@@ -18,10 +18,10 @@ def test_unset_optional_fields_keep_the_engine_defaults():
 
 def test_set_fields_reach_the_engine():
     params = sampling_params_from_proto(pb.SamplingParams(
-        max_tokens=7, temperature=0.0, top_p=0.5, top_k=3, seed=-9, stop=["\n\n"], stop_token_ids=[4],
+        max_tokens=7, temperature=0.0, top_p=0.5, top_k=3, seed=2**63 - 1, stop=["\n\n"], stop_token_ids=[4],
         ignore_eos=True, min_tokens=2, presence_penalty=0.5, frequency_penalty=-0.5, logprobs=0,
         include_stop_str_in_output=True))
-    assert (params.max_tokens, params.temperature, params.top_p, params.top_k, params.seed) == (7, 0.0, 0.5, 3, -9)
+    assert (params.max_tokens, params.temperature, params.top_p, params.top_k, params.seed) == (7, 0.0, 0.5, 3, 2**63 - 1)
     assert params.stop == ["\n\n"] and params.stop_token_ids == [4] and params.logprobs == 0
     assert params.ignore_eos and params.include_stop_str_in_output and params.min_tokens == 2
     assert params.presence_penalty == 0.5 and params.frequency_penalty == -0.5

@@ -23,11 +23,12 @@ class WorkerProcess:
     """`launcher.process.ChildProcess` running `mindmotor worker`, with a gRPC stub; `stop` kills
     at once (tests that drain call `terminate` and wait themselves)."""
 
-    def __init__(self, model_dir: Path, log_path: Path, *extra_args: str):
+    def __init__(self, model_dir: Path, log_path: Path, *extra_args: str, program: list[str] | None = None):
+        """`program`: what runs `worker ...` (default: the `mindmotor` command; see faulty_worker.py)."""
         self.log_path = log_path
         self.child = ChildProcess("worker", ["worker", "--model", str(model_dir), "--host", "127.0.0.1",
                                              "--port", "0", "--metrics-port", "0", *extra_args],
-                                  "MINDMOTOR_WORKER_READY", log_path)
+                                  "MINDMOTOR_WORKER_READY", log_path, program=program)
         self.proc = self.child.proc
         try:
             ready = self.child.wait_ready(START_TIMEOUT_S)
