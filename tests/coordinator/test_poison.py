@@ -10,10 +10,14 @@ import json
 import sys
 from pathlib import Path
 
+import grpc
 import httpx
 import pytest
 
-from .processes import InProcessCoordinator, start_workers, wait_until
+from mindmotor.protocol import worker_pb2 as pb
+from mindmotor.protocol.failure import ENGINE_DEAD, FAILURE_METADATA_KEY
+
+from .processes import ControllerProcess, InProcessCoordinator, start_workers, wait_until
 
 FAULTY_WORKER = [sys.executable, str(Path(__file__).parent.parent / "worker" / "faulty_worker.py")]
 VOCAB = 384                 # the tiny checkpoint's
@@ -186,3 +190,33 @@ def test_busy_workers_mean_429_not_failed_instances(tiny_ckpt, tmp_path, model_n
         c.stop()
         worker.stop()
 
+
+
+def test_a_dead_engines_worker_leaves_the_controllers_table_and_the_other_serves(tiny_ckpt, tmp_path, model_name):
+    """Through the controller: the dying worker heartbeats "draining", deregisters and exits 1;
+    the coordinator's routing table (the controller's Watch) drops it and the survivor serves."""
+    controller = ControllerProcess(tmp_path / "controller.log", "--heartbeat-interval", "0.2")
+    started = [controller]
+    try:
+        started += start_workers(tiny_ckpt, tmp_path, 2, "--timing", "virtual", "--controller", controller.address,
+                                 program=FAULTY_WORKER)
+        victim, survivor = started[1], started[2]
+        c = InProcessCoordinator(controllers=[controller.address], model_dir=str(tiny_ckpt))
+        try:
+            table = c.coordinator.table
+            wait_until(lambda: len(table.candidates(model_name)) == 2, timeout=30, what="both workers routable")
+            with pytest.raises(grpc.RpcError) as raised:
+                list(victim.stub.Generate(pb.GenerateRequest(request_id="break-engine", prompt_text="x",
+                                                             sampling=pb.SamplingParams(max_tokens=4)), timeout=30))
+            assert dict(raised.value.trailing_metadata())[FAILURE_METADATA_KEY] == ENGINE_DEAD
+            assert victim.proc.wait(timeout=30) == 1
+            wait_until(lambda: [v.address for v in table.candidates(model_name)] == [survivor.address], timeout=30,
+                       what="the dead worker out of the routing table")
+            for _ in range(3):
+                response = post(c, "/v1/completions", {"model": model_name, "prompt": "next", "max_tokens": 3})
+                assert response.status_code == 200, response.text
+        finally:
+            c.stop()
+    finally:
+        for process in reversed(started):
+            process.stop()

@@ -1,5 +1,7 @@
 """`Admission`: at most `max_requests` outstanding choices per model (MindIE's `max_requests`);
-beyond that a request is refused at once with 429 and `Retry-After`, never queued unboundedly."""
+beyond that a request is refused at once with 429 and `Retry-After`, never queued unboundedly.
+A request whose choices alone exceed the limit could never be admitted: `planning` answers it
+400 first (`request_rules.check_choices`)."""
 
 from __future__ import annotations
 

@@ -95,8 +95,8 @@ def classify(exc: grpc.aio.AioRpcError) -> Exception:
     details = exc.details() or ""
     reason = f"{code.name}: {details}"
     if code in REQUEST_ERRORS:
-        return BadRequest(details or "the worker refused the request", param=worker_says(exc, PARAM_METADATA_KEY) or None,
-                          code="invalid_value")
+        return BadRequest(details or "the worker refused the request",
+                          param=worker_says(exc, PARAM_METADATA_KEY) or None, code="invalid_value")
     if is_own_cancellation(exc):
         return OwnCancellation(reason)
     if code in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.CANCELLED):

@@ -6,13 +6,15 @@ retried. An instance failure — a call ending in UNAVAILABLE (the worker died, 
 or is draining), or a stream that ends without finishing or with finish_reason "abort" (a worker
 that cut its drain short) — marks the instance in the routing table (skipped for a while,
 listeners told) and the request goes to another instance, at most `max_retry` times, with the
-tokens and characters the client already has (`GenerateRequest.resumed`). A busy instance (at
-its limit of concurrent calls) is skipped for this request only; when every instance is busy the
-answer is 429. A request that failed *on* two instances (their engines raised for it) is not
-sent to a third: the client gets an error that says so, the instances are not marked. That worker continues
+tokens and characters the client already has (`GenerateRequest.resumed`). That worker continues
 the request as the failed one would have (the seeded random stream, penalties and token limits
 over the whole output, stop strings across the move), so the client sees one stream, no token
 lost or repeated: the tokens and text of an undisturbed run, sampled or greedy.
+
+A busy instance (at its limit of concurrent calls) is skipped for this request only; when every
+instance is busy the answer is 429. A request that failed *on* two instances (their engines
+raised for it, or died) is not sent to a third: the client gets an error that says so, and
+instances whose engine merely raised are not marked.
 
 Closing the stream (the client went away) cancels the gRPC call, which aborts the request on
 the worker and frees its KV blocks.

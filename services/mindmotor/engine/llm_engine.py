@@ -381,7 +381,11 @@ class LLMEngine:
             self.steps += 1
         return self._step_outputs
 
-    def _postprocess(self, sched, sampling, tokens, logprobs, errors) -> None:
+    def _postprocess(self, sched, sampling, tokens, logprobs, errors=None) -> list[RequestOutput]:
+        """Account for the step's computed tokens, then each sampled token; `errors`: the rows
+        whose sampling raised (their requests fail). Returns the step's outputs."""
+        errors = errors or {}
+        self._step_outputs = []
         bm = self.block_manager
         for s in sched.scheduled:
             if s.seq.num_computed_tokens < s.seq.num_prompt_tokens:
@@ -398,6 +402,7 @@ class LLMEngine:
                 self._on_sampled(seq, token, lp, now)
             except Exception as exc:  # noqa: BLE001 - this request fails alone
                 self._fail_request(seq, exc)
+        return self._step_outputs
 
     def _on_sampled(self, seq: Sequence, token: int, lp, now: float) -> None:
         if seq.first_token_time is None:
