@@ -220,3 +220,36 @@ def test_a_dead_engines_worker_leaves_the_controllers_table_and_the_other_serves
     finally:
         for process in reversed(started):
             process.stop()
+
+
+@pytest.mark.parametrize("code, details, metadata, expected", [
+    (grpc.StatusCode.INVALID_ARGUMENT, "seed must be ...", (("mindmotor-param", "seed"),), "400 seed"),
+    (grpc.StatusCode.OUT_OF_RANGE, "x", (), "400 None"),
+    (grpc.StatusCode.FAILED_PRECONDITION, "x", (), "400 None"),
+    (grpc.StatusCode.RESOURCE_EXHAUSTED, "at its limit", (), "busy"),
+    (grpc.StatusCode.CANCELLED, "CANCELLED", (), "busy"),                       # gRPC's load shedding
+    (grpc.StatusCode.CANCELLED, "Locally cancelled by application!", (), "ours"),
+    (grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded", (), "ours"),
+    (grpc.StatusCode.UNAVAILABLE, "Socket closed", (), "instance"),
+    (grpc.StatusCode.UNAVAILABLE, "engine stopped", ((FAILURE_METADATA_KEY, ENGINE_DEAD),), "instance engine"),
+    (grpc.StatusCode.INTERNAL, "the engine failed this request", ((FAILURE_METADATA_KEY, "request"),), "request"),
+    (grpc.StatusCode.UNKNOWN, "Unexpected error", (), "request"),
+    (grpc.StatusCode.UNIMPLEMENTED, "no such method", (), "500"),
+])
+def test_failure_classes(code, details, metadata, expected):
+    from mindmotor.coordinator.errors import BadRequest, InternalError
+    from mindmotor.coordinator.failures import OwnCancellation, WorkerFailure, classify
+
+    error = classify(grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(*metadata), details))
+    if isinstance(error, BadRequest):
+        got = f"400 {error.param}"
+    elif isinstance(error, WorkerFailure):
+        got = error.kind + (" engine" if error.engine_died else "")
+        assert error.marks_instance == (error.kind == "instance")
+        assert error.counts_against_request == (error.kind == "request" or error.engine_died)
+    elif isinstance(error, OwnCancellation):
+        got = "ours"
+    else:
+        assert isinstance(error, InternalError)
+        got = "500"
+    assert got == expected

@@ -95,7 +95,7 @@ class Generation:
         self.max_retry = max_retry
         self.produced: list[int] = []         # every token the client has been given
         self.sent_chars = 0                   # characters of text the client has been given
-        self.failures = 0                     # instance failures (bounded by max_retry)
+        self.failures = 0                     # failed attempts, busy ones aside (bounded by max_retry)
         self.failed_on: list[tuple[str, str]] = []   # (instance, reason) where the request itself failed
         self.busy: set[str] = set()           # instances that refused it as busy
         self.retry_after_s = retry_after_s
@@ -209,15 +209,15 @@ class Generation:
             self.busy.add(instance.instance_id)
             log.info("instance busy; trying another", extra=extra)
             return
+        self.failures += 1
         if failure.marks_instance:
-            self.failures += 1
             self.router.table.mark_failed(instance.instance_id, reason)
         if failure.counts_against_request:
             self.failed_on.append((instance.instance_id, reason))
         if self.produced:
             self.metrics.migrations.labels(req.model).inc()
         log.warning("worker failed the request; resubmitting", extra={
-            **extra, "attempt": self.failures + len(self.failed_on), "max_retry": self.max_retry})
+            **extra, "attempt": self.failures, "max_retry": self.max_retry})
         if len(self.failed_on) >= MAX_REQUEST_FAILURES:
             self.metrics.rejected.labels("failed_on_instances").inc()
             where = "; ".join(f"{i}: {r}" for i, r in self.failed_on)
