@@ -253,3 +253,24 @@ def test_failure_classes(code, details, metadata, expected):
         assert isinstance(error, InternalError)
         got = "500"
     assert got == expected
+
+
+def test_the_coordinators_own_cancellations_are_no_ones_failure(realtime_worker, tiny_ckpt, model_name):
+    """A client that goes away mid-stream and an n > 1 fan-out whose other choices are stopped
+    cancel worker calls; neither marks the instance or counts as a retry."""
+    c = InProcessCoordinator(workers=[realtime_worker.address], model_dir=str(tiny_ckpt))
+    try:
+        wait_until(lambda: c.coordinator.table.candidates(model_name), what="the worker routable")
+        body = {"model": model_name, "prompt": "x", "n": 3, "max_tokens": 300, "ignore_eos": True, "stream": True}
+        with httpx.Client(base_url=c.url, timeout=30) as http:
+            with http.stream("POST", "/v1/completions", json=body) as response:
+                assert response.status_code == 200
+                lines = response.iter_lines()
+                while not next(lines).startswith("data: {"):
+                    pass                                  # the choices are streaming; now go away
+        wait_until(realtime_worker.idle, what="the worker aborted the three calls")
+        retries = c.coordinator.metrics.retries
+        assert sum(s.value for m in retries.collect() for s in m.samples if s.name.endswith("_total")) == 0
+        assert_every_worker_serves(c, [realtime_worker], model_name)
+    finally:
+        c.stop()
