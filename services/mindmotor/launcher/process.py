@@ -28,10 +28,12 @@ def child_command(program: list[str], parent_death_signal: int = signal.SIGTERM)
     return [sys.executable, "-I", "-S", str(WRAPPER), str(os.getpid()), str(int(parent_death_signal)), *program]
 
 
-def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """This process's environment for a child, plus `extra`. gRPC's fork support is off in the
-    children (they start their own children with vfork + exec, never fork())."""
-    return {**os.environ, "PYTHONUNBUFFERED": "1", "GRPC_ENABLE_FORK_SUPPORT": "false", **(extra or {})}
+def child_env(extra: dict[str, str | None] | None = None) -> dict[str, str]:
+    """This process's environment for a child, plus `extra` (a None value removes the variable).
+    gRPC's fork support is off in the children (they start their own children with vfork + exec,
+    never fork())."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "GRPC_ENABLE_FORK_SUPPORT": "false", **(extra or {})}
+    return {name: value for name, value in env.items() if value is not None}
 
 
 class ChildProcessError(RuntimeError):
@@ -40,15 +42,18 @@ class ChildProcessError(RuntimeError):
 
 class ChildProcess:
     def __init__(self, name: str, args: list[str], ready_prefix: str, log_path: Path,
-                 env: dict[str, str] | None = None, program: list[str] | None = None):
-        """`args` after `program` (default: `python -m mindmotor.cli`, i.e. a `mindmotor` command)."""
+                 env: dict[str, str | None] | None = None, program: list[str] | None = None,
+                 parent_death_signal: int = signal.SIGTERM):
+        """`args` after `program` (default: `python -m mindmotor.cli`, i.e. a `mindmotor` command);
+        `env` on top of this process's environment; `parent_death_signal` what the child gets when
+        the thread that started it dies."""
         self.name = name
         self.args = args
         self.ready_prefix = ready_prefix
         self.log_path = Path(log_path)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")
-        cmd = child_command([*(program or [sys.executable, "-m", "mindmotor.cli"]), *args])
+        cmd = child_command([*(program or [sys.executable, "-m", "mindmotor.cli"]), *args], parent_death_signal)
         # No preexec_fn (and nothing else that needs code between fork and exec): CPython then
         # starts the child with vfork + exec, which is safe in a process with gRPC threads.
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._log,
