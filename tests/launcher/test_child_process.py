@@ -73,3 +73,13 @@ def _alive(pid: int) -> bool:
             return "zombie" not in status.read().lower()
     except OSError:
         return False
+
+
+def test_a_none_in_env_removes_an_inherited_variable(tmp_path, monkeypatch):
+    monkeypatch.setenv("MINDMOTOR_ADMIN_TOKEN", "inherited")
+    child = ChildProcess("env", ["-c", "import os; print('ENV_READY', 'token=' + os.environ.get("
+                                       "'MINDMOTOR_ADMIN_TOKEN', '-'), 'x=' + os.environ['X'], flush=True)"],
+                         "ENV_READY", tmp_path / "env.log", env={"MINDMOTOR_ADMIN_TOKEN": None, "X": "1"},
+                         program=[sys.executable])
+    assert child.wait_ready(30) == {"token": "-", "x": "1"}
+    child.kill()
