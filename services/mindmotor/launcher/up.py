@@ -38,7 +38,7 @@ from mindmotor.deployer.spec import DeploymentSpec
 from .config import PlatformConfig
 from .deployments import deployment_specs
 from .process import ChildProcessError
-from .supervisor import Service, Supervisor, UpMetrics
+from .supervisor import RUNNING, Service, Supervisor, UpMetrics
 
 log = logging.getLogger("mindmotor.up")
 
@@ -46,7 +46,9 @@ READY_PREFIX = "MINDMOTOR_UP_READY"
 CONTROLLER, DEPLOYER, COORDINATOR = "controller", "deployer", "coordinator"
 STOP_ORDER = [COORDINATOR, DEPLOYER, CONTROLLER]
 CHECK_S = 0.2                 # how often the supervisor looks at its services
-DEPLOYER_CALL_S = 30.0
+ENSURE_EVERY_S = 2.0          # how often the config's deployments are checked to be in the deployer
+DEPLOYER_CALL_S = 30.0        # Apply (verifies the checkpoint), Delete
+CHECK_CALL_S = 3.0            # Get, from the supervisor's loop
 SECRET_VARIABLES = ("MINDMOTOR_API_KEYS", "MINDMOTOR_ADMIN_TOKEN", "MINDMOTOR_REDIS_URL")
 
 
@@ -77,7 +79,7 @@ class Platform:
         self._metrics_http = None
         self.url = ""
         self._deployments_pending = False
-        self._next_ensure = 0.0
+        self._next_ensure = time.monotonic() + ENSURE_EVERY_S
 
     # ---- the services' command lines (ports fixed after the first start) ----------------------
     @property
@@ -137,20 +139,30 @@ class Platform:
         self.url = f"http://{cfg.host}:{self.port}"
         self._wait_routable(sum(spec.versions[0].replicas for spec in self.specs))
 
-    def _deployer_client(self):
+    def _deployer_client(self, timeout_s: float = DEPLOYER_CALL_S):
         from mindmotor.deployer.client import DeployerClient
 
-        return DeployerClient(self.deployer_address, self.config.admin_token, timeout_s=DEPLOYER_CALL_S)
+        return DeployerClient(self.deployer_address, self.config.admin_token, timeout_s=timeout_s)
+
+    def _missing_deployments(self) -> list[DeploymentSpec]:
+        """The config's deployments the deployer does not have (short calls: the supervisor's
+        loop waits on them)."""
+        with self._deployer_client(CHECK_CALL_S) as client:
+            return [spec for spec in self.specs if not _exists(client, spec.name)]
 
     def _apply_deployments(self, first: bool) -> None:
         """The config's deployments in the deployer: at the first start, created or brought to the
-        config (one left in Redis by an earlier `up` that cannot be updated is replaced); after a
-        deployer restart, created only where missing (a deployer on Redis still has them, with any
+        config (one left in Redis by an earlier `up` that cannot be updated is replaced); later,
+        created only where missing (a deployer on Redis still has them after a restart, with any
         rollout since)."""
+        specs = self.specs if first else self._missing_deployments()
+        if not specs:
+            return
         with self._deployer_client() as client:
-            for spec in self.specs:
-                if not first and _exists(client, spec.name):
-                    continue
+            for spec in specs:
+                if not first:
+                    log.warning("the deployer does not have a deployment of the config; applying it again",
+                                extra={"deployment": spec.name})
                 try:
                     client.apply(spec)
                 except grpc.RpcError as exc:
@@ -168,17 +180,22 @@ class Platform:
         self._deployments_pending, self._next_ensure = True, 0.0
 
     def _ensure_deployments(self) -> None:
-        """After a deployer restart, until it has taken the config's deployments (a deployer on
-        Redis is a standby until the dead one's lease runs out: UNAVAILABLE, try again)."""
-        if not self._deployments_pending or time.monotonic() < self._next_ensure:
+        """The config's deployments stay in the deployer: checked every `ENSURE_EVERY_S` and at
+        once after a deployer restart, created again where missing (an in-memory deployer that
+        restarted, a Redis that came back empty, a `mindmotor deploy delete`). A deployer on Redis
+        is a standby until the dead one's lease runs out (UNAVAILABLE): tried again shortly."""
+        deployer = self.supervisor.services.get(DEPLOYER)
+        if time.monotonic() < self._next_ensure or deployer is None or deployer.state != RUNNING:
             return
         try:
             self._apply_deployments(first=False)
             self._deployments_pending = False
+            self._next_ensure = time.monotonic() + ENSURE_EVERY_S
         except grpc.RpcError as exc:
             self._next_ensure = time.monotonic() + 0.5
-            log.warning("the restarted deployer did not take the deployments yet; trying again",
-                        extra={"code": exc.code().name, "error": exc.details()})
+            log_fn = log.warning if self._deployments_pending else log.info
+            log_fn("the deployer did not take the deployments; trying again",
+                   extra={"code": exc.code().name, "error": exc.details()})
 
     def _wait_routable(self, expected: int) -> None:
         """Until the coordinator's /health reports every worker routable (ChildProcessError if the
@@ -202,7 +219,7 @@ class Platform:
         raise ChildProcessError(f"the coordinator did not see {expected} healthy workers in time: {last}")
 
     def _fail_on_crash_loop(self) -> None:
-        with self._deployer_client() as client:
+        with self._deployer_client(CHECK_CALL_S) as client:
             for spec in self.specs:
                 try:
                     deployment = client.get(spec.name)
