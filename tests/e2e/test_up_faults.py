@@ -13,7 +13,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -256,7 +255,8 @@ def test_three_worker_kills_during_greedy_streams(platform, client, undisturbed,
 
 def test_a_canary_rollout_through_mindmotor_deploy(platform, e2e_model):
     env = {**os.environ, "MINDMOTOR_ADMIN_TOKEN": ADMIN_TOKEN}
-    deploy = [sys.executable, "-m", "mindmotor.cli", "deploy", "--deployer", f"127.0.0.1:{platform.ready['deployer_port']}"]
+    deployer = f"127.0.0.1:{platform.ready['deployer_port']}"
+    deploy = [sys.executable, "-m", "mindmotor.cli", "deploy", "--deployer", deployer]
 
     def run(*args: str) -> subprocess.CompletedProcess:
         command = [*deploy[:4], args[0], *deploy[4:], *args[1:]]
@@ -282,7 +282,8 @@ def test_the_coordinator_and_the_controller_come_back_after_sigkill(platform, e2
                    timeout=BACK_WITHIN_S, interval=0.2, what=f"the {service} back")
         assert platform.alive()
     wait_until(lambda: {i["state"] for i in instances(platform).values()} == {"ready"}
-               and len(instances(platform)) == 2, timeout=BACK_WITHIN_S, interval=0.2, what="both workers registered again")
+               and len(instances(platform)) == 2, timeout=BACK_WITHIN_S, interval=0.2,
+               what="both workers registered again")
     after = restarts(platform)
     assert after["coordinator"] == before.get("coordinator", 0) + 1
     assert after["controller"] == before.get("controller", 0) + 1

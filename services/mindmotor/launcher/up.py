@@ -71,8 +71,8 @@ class Platform:
         self.specs: list[DeploymentSpec] = deployment_specs(config)     # ValueError before anything starts
         self.log_dir = Path(config.log_dir or tempfile.mkdtemp(prefix="mindmotor-up-"))
         self.metrics = UpMetrics()
-        self.supervisor = Supervisor(self.log_dir, RestartBackoff(config.restart_backoff_s, config.restart_backoff_max_s),
-                                     config.stable_after_s, self.metrics)
+        backoff = RestartBackoff(config.restart_backoff_s, config.restart_backoff_max_s)
+        self.supervisor = Supervisor(self.log_dir, backoff, config.stable_after_s, self.metrics)
         self.ports = config.ports.model_copy()
         self.port = config.port
         self.metrics_port = 0
@@ -101,7 +101,8 @@ class Platform:
         return ["deployer", "--host", cfg.host, "--port", str(self.ports.deployer), "--metrics-port",
                 str(self.ports.deployer_metrics), "--controller", self.controller_address, "--worker-host", cfg.host,
                 "--redis-prefix", cfg.redis_prefix, "--log-dir", str(self.log_dir / "workers"),
-                "--restart-backoff", str(cfg.restart_backoff_s), "--restart-backoff-max", str(cfg.restart_backoff_max_s),
+                "--restart-backoff", str(cfg.restart_backoff_s),
+                "--restart-backoff-max", str(cfg.restart_backoff_max_s),
                 *cfg.deployer_args]
 
     def _coordinator_args(self) -> list[str]:
@@ -307,7 +308,8 @@ MindMotor is up: {platform.url}/v1   ({workers} workers; logs in {platform.log_d
   API + /metrics      {platform.url}
   controller gRPC     {platform.controller_address}
   controller admin    http://{cfg.host}:{ports.controller_admin}   (/health, /metrics, /v1/instances)
-  deployer gRPC       {platform.deployer_address}   mindmotor deploy get {spec.name} --deployer {platform.deployer_address}{token}
+  deployer gRPC       {platform.deployer_address}
+                      mindmotor deploy get {spec.name} --deployer {platform.deployer_address}{token}
   deployer /metrics   http://{cfg.host}:{ports.deployer_metrics}/metrics
   up /metrics         http://{cfg.host}:{platform.metrics_port}/metrics
   workers             free ports per replica (mindmotor deploy get {spec.name}; the controller's /v1/instances)
