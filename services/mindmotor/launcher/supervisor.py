@@ -5,7 +5,7 @@ JSON line and counted (`mindmotor_up_restarts_total{service}` on `up`'s /metrics
 stops the others.
 
     supervisor = Supervisor(log_dir, backoff, stable_after_s, metrics)
-    controller = supervisor.start(Service("controller", args=lambda: [...], ready_prefix=..., env=...))
+    controller = supervisor.start(Service("controller", args=lambda: [...], ready_prefix=...), timeout_s=60)
     while not stop.wait(0.2):
         supervisor.check()                    # notices deaths, restarts when due, sees restarts ready
     supervisor.stop(["coordinator", "deployer", "controller"])

@@ -235,8 +235,11 @@ class Platform:
     def watch(self, stop: threading.Event) -> None:
         """Until `stop` is set: restart what dies, hand the deployments to a restarted deployer."""
         while not stop.wait(CHECK_S):
-            self.supervisor.check()
-            self._ensure_deployments()
+            try:
+                self.supervisor.check()
+                self._ensure_deployments()
+            except Exception:  # noqa: BLE001 — the supervisor must outlive anything one pass meets
+                log.exception("supervisor pass failed; trying again")
 
     def stop(self) -> None:
         """Coordinator first (finishes its streams), then the deployer (its workers drain), then the controller."""
