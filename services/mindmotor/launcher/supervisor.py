@@ -40,6 +40,7 @@ class Service:
     ready_prefix: str
     env: dict[str, str | None] = field(default_factory=dict)
     stop_timeout_s: float = 30.0
+    program: list[str] | None = None        # None: `python -m mindmotor.cli` (tests run other programs)
     on_ready: Callable[["Service"], None] = lambda service: None   # after every restart's ready line
     child: ChildProcess | None = None
     state: str = STARTING
@@ -90,7 +91,7 @@ class Supervisor:
 
     def _spawn(self, service: Service) -> None:
         service.child = ChildProcess(service.name, service.args(), service.ready_prefix,
-                                     self.log_dir / f"{service.name}.log", env=service.env)
+                                     self.log_dir / f"{service.name}.log", env=service.env, program=service.program)
         service.state, service.started_at = STARTING, self.clock()
         log.info("starting", extra={"child": service.name, "pid": service.child.proc.pid,
                                     "log": str(service.child.log_path), "restarts": service.restarts})
