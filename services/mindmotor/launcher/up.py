@@ -133,7 +133,7 @@ class Platform:
                                                        on_ready=lambda _: self._deployer_restarted()), timeout)
         self.ports.deployer = int(deployer.ready["port"])
         self.ports.deployer_metrics = int(deployer.ready["metrics_port"])
-        self._apply_deployments(first=True)
+        self._first_apply()
         coordinator = self.supervisor.start(self._service(COORDINATOR, self._coordinator_args,
                                                           "MINDMOTOR_COORDINATOR_READY"), timeout)
         self.port = int(coordinator.ready["port"])
@@ -176,6 +176,21 @@ class Platform:
                     client.apply(spec)
                 log.info("deployment applied", extra={"deployment": spec.name, "model": spec.model,
                                                       "replicas": spec.versions[0].replicas, "first_start": first})
+
+    def _first_apply(self) -> None:
+        """Apply the config's deployments; a deployer on Redis stands by (UNAVAILABLE) while the
+        lease of one that an earlier run left behind is still held: wait for it, within the
+        ready timeout."""
+        deadline = time.monotonic() + self.config.ready_timeout_s
+        while True:
+            try:
+                return self._apply_deployments(first=True)
+            except grpc.RpcError as exc:
+                if exc.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+                    raise
+                log.info("the deployer stands by (an earlier owner's lease?); waiting",
+                         extra={"error": exc.details()})
+                time.sleep(0.5)
 
     def _deployer_restarted(self) -> None:
         self._deployments_pending, self._next_ensure = True, 0.0
