@@ -3,9 +3,9 @@ supervised child processes; the workers are the replicas of the Deployer's deplo
 `models:` entry), so the Deployer replaces a dead worker (with backoff) and `mindmotor deploy
 rollout ...` works against this platform as against any other.
 
-Start: controller → deployer → the config's deployments applied to it → coordinator; ready (the
-line `MINDMOTOR_UP_READY ...` with every port) when the coordinator's /health sees every worker
-routable. While it runs, a controller, deployer or coordinator that dies is started again on the
+Start: controller → coordinator → deployer (it reads the coordinator's /metrics to judge canaries)
+→ the config's deployments applied to it; ready (the line `MINDMOTOR_UP_READY ...` with every port)
+when the coordinator's /health sees every worker routable. While it runs, a controller, deployer or coordinator that dies is started again on the
 same ports (`Supervisor`: backoff, counted, logged); one death never stops the platform. Stop
 (Ctrl-C or SIGTERM): coordinator (finishes its streams) → deployer (its workers drain) → controller.
 
@@ -103,6 +103,7 @@ class Platform:
                 "--redis-prefix", cfg.redis_prefix, "--log-dir", str(self.log_dir / "workers"),
                 "--restart-backoff", str(cfg.restart_backoff_s),
                 "--restart-backoff-max", str(cfg.restart_backoff_max_s),
+                "--coordinator", f"http://{cfg.host}:{self.port}",     # its /metrics judge canaries
                 *cfg.deployer_args]
 
     def _coordinator_args(self) -> list[str]:
@@ -128,16 +129,16 @@ class Platform:
                                                          "MINDMOTOR_CONTROLLER_READY"), timeout)
         self.ports.controller = int(controller.ready["port"])
         self.ports.controller_admin = int(controller.ready["admin_port"])
+        coordinator = self.supervisor.start(self._service(COORDINATOR, self._coordinator_args,
+                                                          "MINDMOTOR_COORDINATOR_READY"), timeout)
+        self.port = int(coordinator.ready["port"])
+        self.url = f"http://{cfg.host}:{self.port}"
         deployer = self.supervisor.start(self._service(DEPLOYER, self._deployer_args, "MINDMOTOR_DEPLOYER_READY",
                                                        stop_timeout_s=_deployer_stop_timeout(cfg.deployer_args),
                                                        on_ready=lambda _: self._deployer_restarted()), timeout)
         self.ports.deployer = int(deployer.ready["port"])
         self.ports.deployer_metrics = int(deployer.ready["metrics_port"])
         self._first_apply()
-        coordinator = self.supervisor.start(self._service(COORDINATOR, self._coordinator_args,
-                                                          "MINDMOTOR_COORDINATOR_READY"), timeout)
-        self.port = int(coordinator.ready["port"])
-        self.url = f"http://{cfg.host}:{self.port}"
         self._wait_routable(sum(spec.versions[0].replicas for spec in self.specs))
 
     def _deployer_client(self, timeout_s: float = DEPLOYER_CALL_S):
