@@ -90,7 +90,7 @@ def test_a_restarted_deployer_recovers_its_deployments_from_redis(cluster, redis
     cluster.wait_ready("v1", 1)
     old_pids = replica_pids(cluster.deployment)
 
-    first.kill()                                  # SIGKILL: its replicas get SIGTERM from the kernel and drain
+    first.kill()                                  # SIGKILL: the kernel SIGKILLs its replicas too
     wait_until(lambda: not set(replica_pids(cluster.deployment).values()) & set(old_pids.values()),
                what="the dead deployer's replicas to exit")
     second = cluster.start_deployer(redis_prefix=redis_prefix)

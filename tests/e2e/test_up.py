@@ -1,5 +1,5 @@
 """`mindmotor up` as a user runs it: the official openai client against the whole platform
-(controller, two workers, coordinator as real processes), then Ctrl-C stops everything."""
+(controller, deployer with two workers, coordinator as real processes), then Ctrl-C stops everything."""
 
 from __future__ import annotations
 
@@ -77,10 +77,12 @@ def test_ctrl_c_stops_every_service(e2e_model, tmp_path):
     try:
         up.wait_ready(180)
         children = child_pids(up.proc.pid)
-        assert len(children) == 3                      # controller, worker, coordinator
+        assert len(children) == 3                      # controller, deployer, coordinator
+        everything = descendants(up.proc.pid)
+        assert len(everything) == 4                    # and the deployer's worker
         up.signal(signal.SIGINT)
         assert up.proc.wait(60) == 0
-        assert not [pid for pid in children if alive(pid)]
+        assert not [pid for pid in everything if alive(pid)]
     finally:
         up.kill()
 
@@ -91,7 +93,7 @@ def test_killing_the_supervisor_takes_its_services_down(e2e_model, tmp_path):
                              "--workers", "1"], "MINDMOTOR_UP_READY", tmp_path / "up.log")
     try:
         up.wait_ready(180)
-        children = child_pids(up.proc.pid)
+        children = descendants(up.proc.pid)
         up.proc.kill()
         up.proc.wait(10)
         wait_until(lambda: not [pid for pid in children if alive(pid)], timeout=60,
@@ -113,3 +115,7 @@ def child_pids(pid: int) -> list[int]:
     for task in Path(f"/proc/{pid}/task").iterdir():
         pids += [int(p) for p in (task / "children").read_text().split()]
     return pids
+
+
+def descendants(pid: int) -> list[int]:
+    return [p for child in child_pids(pid) for p in (child, *descendants(child))]

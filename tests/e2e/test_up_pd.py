@@ -45,11 +45,12 @@ def test_up_with_a_prefill_and_a_decode_worker(e2e_model, tmp_path):
     prefilled = re.search(r'mindmotor_coordinator_pd_prefills_total\{model="[^"]+"\} (\S+)', metrics)
     assert prefilled and float(prefilled.group(1)) == len(PROMPTS) + 1
     assert "mindmotor_coordinator_pd_fallbacks_total{" not in metrics
-    worker_logs = {p.name: p.read_text() for p in (tmp_path / "logs").glob("worker-*.log")}
-    for name, role in (("worker-0-0.log", "prefill"), ("worker-0-1.log", "decode")):
-        ready = next(line for line in worker_logs[name].splitlines() if '"worker ready"' in line)
+    # the deployer's replicas: slot 0 the prefill worker, slot 1 the decode worker
+    worker_logs = {p.name.rsplit("-", 1)[1]: p.read_text() for p in (tmp_path / "logs" / "workers").glob("*-v1-*.log")}
+    for slot, role in (("0.log", "prefill"), ("1.log", "decode")):
+        ready = next(line for line in worker_logs[slot].splitlines() if '"worker ready"' in line)
         assert f'"role": "{role}"' in ready and '"node": "n0"' in ready
-    assert worker_logs["worker-0-0.log"].count('"prefill done"') == len(PROMPTS) + 1
+    assert worker_logs["0.log"].count('"prefill done"') == len(PROMPTS) + 1
 
 
 def test_roles_set_the_worker_count_and_must_be_known():

@@ -6,7 +6,7 @@ import argparse
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("up", help="start controller, workers and coordinator",
+    parser = subparsers.add_parser("up", help="start controller, deployer (and its workers) and coordinator, supervised",
                                    description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=None, metavar="FILE.yaml",
                         help="platform settings (see mindmotor/launcher/config.py)")

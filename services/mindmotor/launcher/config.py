@@ -2,14 +2,26 @@
 
 ```yaml
 host: 127.0.0.1          # where every service listens
-port: 8000               # the coordinator's HTTP port (the API)
-redis_url: null          # e.g. redis://127.0.0.1:6379/0: controller state and shared rate limits
-policy: least_load       # round_robin | weighted_round_robin | least_load | cache_aware
+port: 8000               # the coordinator's HTTP port (the API and its /metrics); 0: a free one
+ports:                   # 0: a free port, picked at the first start and kept across restarts
+  controller: 0          # controller gRPC (workers, coordinator and deployer connect here)
+  controller_admin: 0    # controller admin HTTP (/health, /metrics, /v1/instances)
+  deployer: 0            # Deployer gRPC: `mindmotor deploy ... --deployer HOST:PORT`
+  deployer_metrics: 0    # the deployer's /metrics
+  metrics: 0             # `up`'s own /metrics (restarts of the services it supervises)
+redis_url: null          # e.g. redis://127.0.0.1:6379/0: controller state, deployments, shared rate limits
 api_keys: []             # empty: no auth
+admin_token: null        # bearer token of the controller's admin API and of the Deployer API
+                         # (secrets reach the services through their environment, never argv)
+policy: least_load       # round_robin | weighted_round_robin | least_load | cache_aware
 rate_limit_rpm: 0        # per key; 0: unlimited
 log_dir: null            # default: a temporary directory (printed at start)
-models:
+restart_backoff_s: 0.5   # a service or worker that died is started again after this, doubling ...
+restart_backoff_max_s: 30  # ... with each death soon after its start, up to this
+stable_after_s: 10       # a service that ran this long before it died starts the doubling afresh
+models:                  # each is one deployment of the Deployer (version v1), its workers the replicas
   - path: null           # checkpoint directory; null: the bundled demo model
+    name: null           # the deployment's name; null: from the model's directory name
     workers: 2
     device: 910B3
     emulate: null        # qwen2-7b | llama2-7b | llama3-70b (with tp) | null: the model itself
@@ -21,6 +33,8 @@ models:
     node: null           # `--node` of every worker (KV over HCCS within a node); null: host name
     extra_args: []       # more `mindmotor worker` flags, e.g. ["--max-num-seqs", "64"]
 controller_args: []      # more `mindmotor controller` flags, e.g. ["--pd-autoscale", "--pd-ttft-slo-ms", "500"]
+deployer_args: []        # more `mindmotor deployer` flags, e.g. ["--rollout-timeout", "300"]
+coordinator_args: []     # more `mindmotor coordinator` flags
 ```
 """
 
@@ -38,6 +52,7 @@ class ModelSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     path: str | None = None
+    name: str | None = Field(None, pattern=r"^[a-z]([a-z0-9-]{0,22}[a-z0-9])?$")
     workers: int = Field(2, ge=1, le=64)
     device: str = "910B3"
     emulate: str | None = None
@@ -63,20 +78,40 @@ class ModelSpec(BaseModel):
         return self.roles[worker] if self.roles else "mixed"
 
 
+Port = Field(0, ge=0, le=65535)
+
+
+class Ports(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    controller: int = Port
+    controller_admin: int = Port
+    deployer: int = Port
+    deployer_metrics: int = Port
+    metrics: int = Port
+
+
 class PlatformConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
+    ports: Ports = Field(default_factory=Ports)
     redis_url: str | None = None
     redis_prefix: str = "mindmotor:"
     policy: str = "least_load"
     api_keys: list[str] = []
+    admin_token: str | None = None
     rate_limit_rpm: float = Field(0.0, ge=0)
     log_dir: str | None = None
     ready_timeout_s: float = Field(120.0, gt=0)
+    restart_backoff_s: float = Field(0.5, gt=0)
+    restart_backoff_max_s: float = Field(30.0, gt=0)
+    stable_after_s: float = Field(10.0, ge=0)
     controller_args: list[str] = []
-    models: list[ModelSpec] = Field(default_factory=lambda: [ModelSpec()])
+    deployer_args: list[str] = []
+    coordinator_args: list[str] = []
+    models: list[ModelSpec] = Field(default_factory=lambda: [ModelSpec()], min_length=1)
 
     @classmethod
     def load(cls, path: str | Path | None, **overrides) -> "PlatformConfig":

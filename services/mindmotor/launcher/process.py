@@ -1,7 +1,10 @@
 """`ChildProcess`: a MindMotor service started as a subprocess, ready when it prints its ready line.
 
 Every service prints one line `MINDMOTOR_<NAME>_READY key=value ...` on stdout once it serves
-(ports it bound, among others). Its stderr (JSON logs) goes to a log file.
+(ports it bound, among others). Its stderr (JSON logs) goes to a log file. Every child gets SIGTERM
+from the kernel when the thread that started it dies (the exec wrapper `die_with_parent.py`), so a
+supervisor killed by SIGKILL leaves nothing running; start children from a thread that lives as
+long as they should (the main thread, or the event loop's).
 """
 
 from __future__ import annotations
@@ -16,23 +19,21 @@ import time
 from pathlib import Path
 
 
-def _load_libc():
-    try:
-        import ctypes
-
-        return ctypes.CDLL("libc.so.6", use_errno=True)
-    except OSError:   # not Linux/glibc: the supervisor's own stop() is all there is
-        return None
+WRAPPER = Path(__file__).with_name("die_with_parent.py")
 
 
-_LIBC = _load_libc()   # loaded here, in the parent: the child between fork and exec only calls it
+def child_command(program: list[str], parent_death_signal: int = signal.SIGTERM) -> list[str]:
+    """`program` behind the exec wrapper that makes it get `parent_death_signal` when this process
+    dies, even by SIGKILL (see die_with_parent.py: why this is not a `preexec_fn`)."""
+    return [sys.executable, "-I", "-S", str(WRAPPER), str(os.getpid()), str(int(parent_death_signal)), *program]
 
 
-def _terminate_with_parent() -> None:
-    """In the child, before exec: get SIGTERM (drain and exit) if the parent dies, even by SIGKILL,
-    so a supervisor that is killed never leaves services running (Linux prctl PR_SET_PDEATHSIG)."""
-    if _LIBC is not None:
-        _LIBC.prctl(1, signal.SIGTERM)   # 1 = PR_SET_PDEATHSIG
+def child_env(extra: dict[str, str | None] | None = None) -> dict[str, str]:
+    """This process's environment for a child, plus `extra` (a None value removes the variable).
+    gRPC's fork support is off in the children (they start their own children with vfork + exec,
+    never fork())."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "GRPC_ENABLE_FORK_SUPPORT": "false", **(extra or {})}
+    return {name: value for name, value in env.items() if value is not None}
 
 
 class ChildProcessError(RuntimeError):
@@ -41,18 +42,22 @@ class ChildProcessError(RuntimeError):
 
 class ChildProcess:
     def __init__(self, name: str, args: list[str], ready_prefix: str, log_path: Path,
-                 env: dict[str, str] | None = None, program: list[str] | None = None):
-        """`args` after `program` (default: `python -m mindmotor.cli`, i.e. a `mindmotor` command)."""
+                 env: dict[str, str | None] | None = None, program: list[str] | None = None,
+                 parent_death_signal: int = signal.SIGTERM):
+        """`args` after `program` (default: `python -m mindmotor.cli`, i.e. a `mindmotor` command);
+        `env` on top of this process's environment; `parent_death_signal` what the child gets when
+        the thread that started it dies."""
         self.name = name
         self.args = args
         self.ready_prefix = ready_prefix
         self.log_path = Path(log_path)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")
-        cmd = [*(program or [sys.executable, "-m", "mindmotor.cli"]), *args]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log, text=True,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
-                                     preexec_fn=_terminate_with_parent)
+        cmd = child_command([*(program or [sys.executable, "-m", "mindmotor.cli"]), *args], parent_death_signal)
+        # No preexec_fn (and nothing else that needs code between fork and exec): CPython then
+        # starts the child with vfork + exec, which is safe in a process with gRPC threads.
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._log,
+                                     text=True, env=child_env(env))
         self._lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._pump_stdout, name=f"{name}-stdout", daemon=True).start()
         self.ready: dict[str, str] = {}

@@ -1,9 +1,23 @@
-"""`mindmotor up`: controller, workers and coordinator as child processes of one command.
+"""`mindmotor up`: the production shape on one machine — controller, Deployer and coordinator as
+supervised child processes; the workers are the replicas of the Deployer's deployments (one per
+`models:` entry), so the Deployer replaces a dead worker (with backoff) and `mindmotor deploy
+rollout ...` works against this platform as against any other.
 
-Start order: controller → workers (registering with it) → coordinator (routing table from the
-controller's Watch). Ready when the coordinator serves and its /health sees every worker. Stop
-order (Ctrl-C or SIGTERM): coordinator (finishes its streams) → workers (drain) → controller.
-A child that dies while the platform runs stops the platform with an error.
+Start: controller → coordinator → deployer (it reads the coordinator's /metrics to judge canaries)
+→ the config's deployments applied to it; ready (the line `MINDMOTOR_UP_READY ...` with every port)
+when the coordinator's /health sees every worker routable. While it runs, a controller, deployer or coordinator that dies is started again on the
+same ports (`Supervisor`: backoff, counted, logged); one death never stops the platform. Stop
+(Ctrl-C or SIGTERM): coordinator (finishes its streams) → deployer (its workers drain) → controller.
+
+Secrets (API keys, the admin token, the Redis URL) reach the services through their environment,
+built in one place (`child_env`), never through their command lines.
+
+A deployer that dies takes its workers with it (the kernel SIGKILLs them: they cannot be
+supervised by anyone else, and a worker left running would register under the same instance id as
+its replacement); the coordinator carries their in-flight streams over as for any dead worker, and
+the restarted deployer starts the replicas again — from Redis if `redis_url` is set (rollouts in
+progress survive), else from the config, which `up` applies again (a rollout since the start is
+forgotten).
 """
 
 from __future__ import annotations
@@ -15,81 +29,198 @@ import threading
 import time
 from pathlib import Path
 
+import grpc
 import httpx
 
-from mindmotor.model.checkpoint import resolve_model_dir
+from mindmotor.deployer.backoff import RestartBackoff
+from mindmotor.deployer.spec import DeploymentSpec
 
 from .config import PlatformConfig
-from .process import ChildProcess, ChildProcessError
+from .deployments import deployment_specs
+from .process import ChildProcessError
+from .supervisor import RUNNING, Service, Supervisor, UpMetrics
 
 log = logging.getLogger("mindmotor.up")
 
 READY_PREFIX = "MINDMOTOR_UP_READY"
+CONTROLLER, DEPLOYER, COORDINATOR = "controller", "deployer", "coordinator"
+STOP_ORDER = [COORDINATOR, DEPLOYER, CONTROLLER]
+CHECK_S = 0.2                 # how often the supervisor looks at its services
+ENSURE_EVERY_S = 2.0          # how often the config's deployments are checked to be in the deployer
+DEPLOYER_CALL_S = 30.0        # Apply (verifies the checkpoint), Delete
+CHECK_CALL_S = 3.0            # Get, from the supervisor's loop
+SECRET_VARIABLES = ("MINDMOTOR_API_KEYS", "MINDMOTOR_ADMIN_TOKEN", "MINDMOTOR_REDIS_URL")
+
+
+def child_env(service: str, config: PlatformConfig) -> dict[str, str | None]:
+    """The secrets one service gets, as environment variables (None: removed, so that a variable
+    set in `up`'s own environment never reaches a service the config did not give it to). The
+    deployer's workers inherit the deployer's environment and read none of these."""
+    wanted = {
+        CONTROLLER: {"MINDMOTOR_ADMIN_TOKEN": config.admin_token, "MINDMOTOR_REDIS_URL": config.redis_url},
+        DEPLOYER: {"MINDMOTOR_ADMIN_TOKEN": config.admin_token, "MINDMOTOR_REDIS_URL": config.redis_url},
+        COORDINATOR: {"MINDMOTOR_API_KEYS": ",".join(config.api_keys) or None,
+                      "MINDMOTOR_REDIS_URL": config.redis_url},
+    }[service]
+    return {name: wanted.get(name) for name in SECRET_VARIABLES}
 
 
 class Platform:
     def __init__(self, config: PlatformConfig):
         self.config = config
+        self.specs: list[DeploymentSpec] = deployment_specs(config)     # ValueError before anything starts
         self.log_dir = Path(config.log_dir or tempfile.mkdtemp(prefix="mindmotor-up-"))
-        self.controller: ChildProcess | None = None
-        self.workers: list[ChildProcess] = []
-        self.coordinator: ChildProcess | None = None
+        self.metrics = UpMetrics()
+        backoff = RestartBackoff(config.restart_backoff_s, config.restart_backoff_max_s)
+        self.supervisor = Supervisor(self.log_dir, backoff, config.stable_after_s, self.metrics)
+        self.ports = config.ports.model_copy()
+        self.port = config.port
+        self.metrics_port = 0
+        self._metrics_http = None
         self.url = ""
+        self._deployments_pending = False
+        self._next_ensure = time.monotonic() + ENSURE_EVERY_S
 
-    # ---- start ----------------------------------------------------------------------------
-    def start(self) -> None:
-        cfg = self.config
-        self.controller = self._spawn("controller", self._controller_args(), "MINDMOTOR_CONTROLLER_READY")
-        controller_addr = f"{cfg.host}:{self.controller.ready['port']}"
-        model_dirs = {}
-        for m, spec in enumerate(cfg.models):
-            model_dir = resolve_model_dir(spec.path)
-            model_dirs[model_dir.name] = str(model_dir)
-            for w in range(spec.workers):
-                args = ["worker", "--model", str(model_dir), "--host", cfg.host, "--port", "0",
-                        "--metrics-port", "0", "--device", spec.device, "--tp", str(spec.tp),
-                        "--timing", spec.timing, "--controller", controller_addr,
-                        "--worker-id", f"worker-{m}-{w}", "--role", spec.role_of(w), *spec.extra_args]
-                if spec.emulate:
-                    args += ["--emulate", spec.emulate]
-                if spec.node:
-                    args += ["--node", spec.node]
-                self.workers.append(self._spawn(f"worker-{m}-{w}", args, "MINDMOTOR_WORKER_READY", wait=False))
-        for worker in self.workers:
-            worker.wait_ready(cfg.ready_timeout_s)
-        args = ["coordinator", "--host", cfg.host, "--port", str(cfg.port), "--controller", controller_addr,
-                "--policy", cfg.policy]
-        for name, directory in model_dirs.items():
-            args += ["--model", f"{name}={directory}"]
-        for key in cfg.api_keys:
-            args += ["--api-key", key]
-        if cfg.rate_limit_rpm:
-            args += ["--rate-limit-rpm", str(cfg.rate_limit_rpm)]
-        if cfg.redis_url:
-            args += ["--redis-url", cfg.redis_url]
-        self.coordinator = self._spawn("coordinator", args, "MINDMOTOR_COORDINATOR_READY")
-        self.url = f"http://{cfg.host}:{self.coordinator.ready['port']}"
-        self._wait_routable(len(self.workers))
+    # ---- the services' command lines (ports fixed after the first start) ----------------------
+    @property
+    def controller_address(self) -> str:
+        return f"{self.config.host}:{self.ports.controller}"
+
+    @property
+    def deployer_address(self) -> str:
+        return f"{self.config.host}:{self.ports.deployer}"
 
     def _controller_args(self) -> list[str]:
         cfg = self.config
-        args = ["controller", "--host", cfg.host, "--port", "0", "--admin-host", cfg.host, "--admin-port", "0"]
-        if cfg.redis_url:
-            args += ["--redis-url", cfg.redis_url, "--redis-prefix", cfg.redis_prefix]
-        return args + cfg.controller_args
+        return ["controller", "--host", cfg.host, "--port", str(self.ports.controller), "--admin-host", cfg.host,
+                "--admin-port", str(self.ports.controller_admin), "--redis-prefix", cfg.redis_prefix,
+                *cfg.controller_args]
 
-    def _spawn(self, name: str, args: list[str], ready_prefix: str, wait: bool = True) -> ChildProcess:
-        child = ChildProcess(name, args, ready_prefix, self.log_dir / f"{name}.log")
-        log.info("starting", extra={"service": name, "log": str(child.log_path)})
-        if wait:
-            child.wait_ready(self.config.ready_timeout_s)
-        return child
+    def _deployer_args(self) -> list[str]:
+        cfg = self.config
+        return ["deployer", "--host", cfg.host, "--port", str(self.ports.deployer), "--metrics-port",
+                str(self.ports.deployer_metrics), "--controller", self.controller_address, "--worker-host", cfg.host,
+                "--redis-prefix", cfg.redis_prefix, "--log-dir", str(self.log_dir / "workers"),
+                "--restart-backoff", str(cfg.restart_backoff_s),
+                "--restart-backoff-max", str(cfg.restart_backoff_max_s),
+                "--coordinator", f"http://{cfg.host}:{self.port}",     # its /metrics judge canaries
+                *cfg.deployer_args]
+
+    def _coordinator_args(self) -> list[str]:
+        cfg = self.config
+        args = ["coordinator", "--host", cfg.host, "--port", str(self.port), "--controller", self.controller_address,
+                "--policy", cfg.policy]
+        for spec in self.specs:
+            directory = spec.versions[0].checkpoint or str(_bundled_model())
+            args += ["--model", f"{spec.model}={directory}"]
+        if cfg.rate_limit_rpm:
+            args += ["--rate-limit-rpm", str(cfg.rate_limit_rpm)]
+        return args + cfg.coordinator_args
+
+    def _service(self, name: str, args, ready_prefix: str, stop_timeout_s: float = 30.0, on_ready=None) -> Service:
+        return Service(name, args, ready_prefix, env=child_env(name, self.config), stop_timeout_s=stop_timeout_s,
+                       **({"on_ready": on_ready} if on_ready else {}))
+
+    # ---- start ----------------------------------------------------------------------------
+    def start(self) -> None:
+        cfg, timeout = self.config, self.config.ready_timeout_s
+        self._metrics_http, self.metrics_port = self.metrics.serve(cfg.host, self.ports.metrics)
+        controller = self.supervisor.start(self._service(CONTROLLER, self._controller_args,
+                                                         "MINDMOTOR_CONTROLLER_READY"), timeout)
+        self.ports.controller = int(controller.ready["port"])
+        self.ports.controller_admin = int(controller.ready["admin_port"])
+        coordinator = self.supervisor.start(self._service(COORDINATOR, self._coordinator_args,
+                                                          "MINDMOTOR_COORDINATOR_READY"), timeout)
+        self.port = int(coordinator.ready["port"])
+        self.url = f"http://{cfg.host}:{self.port}"
+        deployer = self.supervisor.start(self._service(DEPLOYER, self._deployer_args, "MINDMOTOR_DEPLOYER_READY",
+                                                       stop_timeout_s=_deployer_stop_timeout(cfg.deployer_args),
+                                                       on_ready=lambda _: self._deployer_restarted()), timeout)
+        self.ports.deployer = int(deployer.ready["port"])
+        self.ports.deployer_metrics = int(deployer.ready["metrics_port"])
+        self._first_apply()
+        self._wait_routable(sum(spec.versions[0].replicas for spec in self.specs))
+
+    def _deployer_client(self, timeout_s: float = DEPLOYER_CALL_S):
+        from mindmotor.deployer.client import DeployerClient
+
+        return DeployerClient(self.deployer_address, self.config.admin_token, timeout_s=timeout_s)
+
+    def _missing_deployments(self) -> list[DeploymentSpec]:
+        """The config's deployments the deployer does not have (short calls: the supervisor's
+        loop waits on them)."""
+        with self._deployer_client(CHECK_CALL_S) as client:
+            return [spec for spec in self.specs if not _exists(client, spec.name)]
+
+    def _apply_deployments(self, first: bool) -> None:
+        """The config's deployments in the deployer: at the first start, created or brought to the
+        config (one left in Redis by an earlier `up` that cannot be updated is replaced); later,
+        created only where missing (a deployer on Redis still has them after a restart, with any
+        rollout since)."""
+        specs = self.specs if first else self._missing_deployments()
+        if not specs:
+            return
+        with self._deployer_client() as client:
+            for spec in specs:
+                if not first:
+                    log.warning("the deployer does not have a deployment of the config; applying it again",
+                                extra={"deployment": spec.name})
+                try:
+                    client.apply(spec)
+                except grpc.RpcError as exc:
+                    if not (first and exc.code() == grpc.StatusCode.FAILED_PRECONDITION):
+                        raise
+                    log.warning("a deployment left by an earlier run differs from the config; replacing it",
+                                extra={"deployment": spec.name, "reason": exc.details()})
+                    client.delete(spec.name)
+                    client.wait_gone(spec.name, self.config.ready_timeout_s)
+                    client.apply(spec)
+                log.info("deployment applied", extra={"deployment": spec.name, "model": spec.model,
+                                                      "replicas": spec.versions[0].replicas, "first_start": first})
+
+    def _first_apply(self) -> None:
+        """Apply the config's deployments; a deployer on Redis stands by (UNAVAILABLE) while the
+        lease of one that an earlier run left behind is still held: wait for it, within the
+        ready timeout."""
+        deadline = time.monotonic() + self.config.ready_timeout_s
+        while True:
+            try:
+                return self._apply_deployments(first=True)
+            except grpc.RpcError as exc:
+                if exc.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+                    raise
+                log.info("the deployer stands by (an earlier owner's lease?); waiting",
+                         extra={"error": exc.details()})
+                time.sleep(0.5)
+
+    def _deployer_restarted(self) -> None:
+        self._deployments_pending, self._next_ensure = True, 0.0
+
+    def _ensure_deployments(self) -> None:
+        """The config's deployments stay in the deployer: checked every `ENSURE_EVERY_S` and at
+        once after a deployer restart, created again where missing (an in-memory deployer that
+        restarted, a Redis that came back empty, a `mindmotor deploy delete`). A deployer on Redis
+        is a standby until the dead one's lease runs out (UNAVAILABLE): tried again shortly."""
+        deployer = self.supervisor.services.get(DEPLOYER)
+        if time.monotonic() < self._next_ensure or deployer is None or deployer.state != RUNNING:
+            return
+        try:
+            self._apply_deployments(first=False)
+            self._deployments_pending = False
+            self._next_ensure = time.monotonic() + ENSURE_EVERY_S
+        except grpc.RpcError as exc:
+            self._next_ensure = time.monotonic() + 0.5
+            log_fn = log.warning if self._deployments_pending else log.info
+            log_fn("the deployer did not take the deployments; trying again",
+                   extra={"code": exc.code().name, "error": exc.details()})
 
     def _wait_routable(self, expected: int) -> None:
-        """Until the coordinator's /health reports every worker routable."""
+        """Until the coordinator's /health reports every worker routable (ChildProcessError if the
+        workers keep crashing or time runs out)."""
         deadline = time.monotonic() + self.config.ready_timeout_s
-        last = None
+        last, next_status = None, 0.0
         while time.monotonic() < deadline:
+            self.supervisor.check()
             try:
                 r = httpx.get(f"{self.url}/health", timeout=2)
                 last = r.json()
@@ -98,65 +229,112 @@ class Platform:
                     return
             except (httpx.HTTPError, ValueError):
                 pass
+            if time.monotonic() >= next_status:
+                self._fail_on_crash_loop()
+                next_status = time.monotonic() + 1.0
             time.sleep(0.1)
         raise ChildProcessError(f"the coordinator did not see {expected} healthy workers in time: {last}")
 
-    # ---- run and stop ---------------------------------------------------------------------
-    def children(self) -> list[ChildProcess]:
-        return [c for c in [self.coordinator, *self.workers, self.controller] if c is not None]
+    def _fail_on_crash_loop(self) -> None:
+        with self._deployer_client(CHECK_CALL_S) as client:
+            for spec in self.specs:
+                try:
+                    deployment = client.get(spec.name)
+                except grpc.RpcError:
+                    continue
+                for version in deployment.versions:
+                    if version.restarts >= 3:
+                        raise ChildProcessError(f"the workers of {spec.name} keep exiting at start "
+                                                f"({version.restarts} restarts): {version.last_failure}")
 
-    def watch(self, stop: threading.Event) -> str | None:
-        """Block until `stop` is set (returns None) or a child dies (returns its name)."""
-        while not stop.wait(0.5):
-            for child in self.children():
-                if not child.alive():
-                    return child.name
-        return None
+    # ---- run and stop ---------------------------------------------------------------------
+    def watch(self, stop: threading.Event) -> None:
+        """Until `stop` is set: restart what dies, hand the deployments to a restarted deployer."""
+        while not stop.wait(CHECK_S):
+            try:
+                self.supervisor.check()
+                self._ensure_deployments()
+            except Exception:  # noqa: BLE001 — the supervisor must outlive anything one pass meets
+                log.exception("supervisor pass failed; trying again")
 
     def stop(self) -> None:
-        """Coordinator first, then workers (in parallel, each drains), then the controller."""
-        if self.coordinator is not None:
-            self.coordinator.stop()
-        threads = [threading.Thread(target=w.stop) for w in self.workers]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        if self.controller is not None:
-            self.controller.stop()
+        """Coordinator first (finishes its streams), then the deployer (its workers drain), then the controller."""
+        self.supervisor.stop(STOP_ORDER)
+        if self._metrics_http is not None:
+            self._metrics_http.shutdown()
+
+
+def _exists(client, name: str) -> bool:
+    try:
+        client.get(name)
+        return True
+    except grpc.RpcError as exc:
+        if exc.code() == grpc.StatusCode.NOT_FOUND:
+            return False
+        raise
+
+
+def _bundled_model() -> Path:
+    from mindmotor.model.checkpoint import resolve_model_dir
+
+    return resolve_model_dir(None)
+
+
+def _deployer_stop_timeout(deployer_args: list[str]) -> float:
+    """Long enough for the deployer to drain its workers (its --drain-timeout, default 30 s)."""
+    drain = 30.0
+    if "--drain-timeout" in deployer_args[:-1]:
+        drain = float(deployer_args[deployer_args.index("--drain-timeout") + 1])
+    return drain + 15.0
 
 
 def run(config: PlatformConfig) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)   # the readiness polls are not news
-    platform = Platform(config)
+    try:
+        platform = Platform(config)
+    except ValueError as exc:
+        log.error("bad platform config", extra={"error": str(exc)})
+        return 2
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     try:
         platform.start()
-    except (ChildProcessError, OSError, ValueError) as exc:
-        log.error("the platform did not start", extra={"error": str(exc), "logs": str(platform.log_dir)})
+    except (ChildProcessError, OSError, ValueError, grpc.RpcError) as exc:
+        message = f"{exc.code().name}: {exc.details()}" if isinstance(exc, grpc.RpcError) else str(exc)
+        log.error("the platform did not start", extra={"error": message, "logs": str(platform.log_dir)})
         platform.stop()
         return 1
     announce(platform)
-    died = platform.watch(stop)
-    if died:
-        log.error("a service died; stopping the platform", extra={"service": died, "logs": str(platform.log_dir)})
+    platform.watch(stop)
     print("stopping MindMotor (draining) ...", flush=True)
     platform.stop()
-    return 1 if died else 0
+    return 0
 
 
 def announce(platform: Platform) -> None:
-    model = next(iter(platform.config.models))
-    name = resolve_model_dir(model.path).name
-    auth = ' -H "Authorization: Bearer $KEY"' if platform.config.api_keys else ""
+    cfg, ports = platform.config, platform.ports
+    spec = platform.specs[0]
+    auth = ' -H "Authorization: Bearer $KEY"' if cfg.api_keys else ""
+    token = "   (with $MINDMOTOR_ADMIN_TOKEN set)" if cfg.admin_token else ""
+    workers = sum(s.versions[0].replicas for s in platform.specs)
     print(f"""
-MindMotor is up: {platform.url}/v1   ({len(platform.workers)} workers; logs in {platform.log_dir})
+MindMotor is up: {platform.url}/v1   ({workers} workers; logs in {platform.log_dir})
 
   curl {platform.url}/v1/completions{auth} -H 'Content-Type: application/json' \\
-    -d '{{"model": "{name}", "prompt": "def fibonacci(n):", "max_tokens": 48, "temperature": 0}}'
+    -d '{{"model": "{spec.model}", "prompt": "def fibonacci(n):", "max_tokens": 48, "temperature": 0}}'
+
+  API + /metrics      {platform.url}
+  controller gRPC     {platform.controller_address}
+  controller admin    http://{cfg.host}:{ports.controller_admin}   (/health, /metrics, /v1/instances)
+  deployer gRPC       {platform.deployer_address}
+                      mindmotor deploy get {spec.name} --deployer {platform.deployer_address}{token}
+  deployer /metrics   http://{cfg.host}:{ports.deployer_metrics}/metrics
+  up /metrics         http://{cfg.host}:{platform.metrics_port}/metrics
+  workers             free ports per replica (mindmotor deploy get {spec.name}; the controller's /v1/instances)
 
 Ctrl-C drains and stops everything.
-{READY_PREFIX} url={platform.url} port={platform.url.rsplit(':', 1)[1]} logs={platform.log_dir}""",
+{READY_PREFIX} url={platform.url} port={platform.port} controller_port={ports.controller} \
+controller_admin_port={ports.controller_admin} deployer_port={ports.deployer} \
+deployer_metrics_port={ports.deployer_metrics} metrics_port={platform.metrics_port} logs={platform.log_dir}""",
           flush=True)

@@ -1,6 +1,6 @@
 """`LocalBackend`: every replica is a `mindmotor worker` child process of the deployer on this
 machine (`launcher.process.ChildProcess`: ready line on stdout, JSON log in a file per replica,
-SIGTERM when the deployer dies, even by SIGKILL).
+SIGKILL from the kernel when the deployer dies without draining them).
 
 A replica is "starting" until it prints its ready line, then "running". Draining one sends SIGTERM
 (the worker stops taking requests, finishes the ones in flight, deregisters, exits) and SIGKILLs it
@@ -9,7 +9,12 @@ to is "crashed" until the reconcile loop restarts it; `failures` counts crashes 
 within `stable_after_s` of their start, which the loop's backoff grows with.
 
 The processes die with the deployer, so a restarted deployer starts every replica afresh from the
-stored specs (it adopts nothing).
+stored specs (it adopts nothing). A deployer that stops drains its replicas first; one that dies
+(SIGKILL, a crash) leaves them to the kernel, which SIGKILLs them at once: nobody could restart
+them or drain them any more, and a replica left running would register under the same instance id
+as the one the restarted deployer starts in its slot (its deregistration on the way out would then
+remove the new one). The coordinator moves their in-flight streams to other instances, as for any
+worker that dies.
 """
 
 from __future__ import annotations
@@ -102,7 +107,7 @@ class LocalBackend(Backend):
         args = worker_args(target, target.version.role_of(slot), self.controller, worker_id)
         args += ["--host", self.host, "--port", "0", "--metrics-port", "0"]
         log_path = self.log_dir / f"{worker_id}.log"
-        child = ChildProcess(worker_id, args, WORKER_READY, log_path)
+        child = ChildProcess(worker_id, args, WORKER_READY, log_path, parent_death_signal=signal.SIGKILL)
         replica = Replica(deployment=deployment, version=version, slot=slot, phase=STARTING, instance_id=worker_id,
                           started_at=self.clock(), failures=failures, log=str(log_path))
         self._replicas[(deployment, version, slot)] = _Local(replica, child)

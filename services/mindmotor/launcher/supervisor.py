@@ -1,0 +1,139 @@
+"""`Supervisor`: keeps `mindmotor up`'s services (controller, deployer, coordinator) running — a
+service that dies is started again with the same command line (so on the same ports), after a
+backoff that doubles with each death soon after its start; every death and restart is logged as a
+JSON line and counted (`mindmotor_up_restarts_total{service}` on `up`'s /metrics). One death never
+stops the others.
+
+    supervisor = Supervisor(log_dir, backoff, stable_after_s, metrics)
+    controller = supervisor.start(Service("controller", args=lambda: [...], ready_prefix=...), timeout_s=60)
+    while not stop.wait(0.2):
+        supervisor.check()                    # notices deaths, restarts when due, sees restarts ready
+    supervisor.stop(["coordinator", "deployer", "controller"])
+
+Children are started from the thread that calls `start` and `check` (the kernel sends them SIGTERM
+when that thread ends): call both from the main thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from mindmotor.deployer.backoff import RestartBackoff
+
+from .process import ChildProcess
+
+log = logging.getLogger("mindmotor.up")
+
+STARTING, RUNNING, WAITING = "starting", "running", "waiting to restart"
+
+
+@dataclass
+class Service:
+    name: str
+    args: Callable[[], list[str]]           # the command line, asked for at every (re)start
+    ready_prefix: str
+    env: dict[str, str | None] = field(default_factory=dict)
+    stop_timeout_s: float = 30.0
+    program: list[str] | None = None        # None: `python -m mindmotor.cli` (tests run other programs)
+    on_ready: Callable[["Service"], None] = lambda service: None   # after every restart's ready line
+    child: ChildProcess | None = None
+    state: str = STARTING
+    started_at: float = 0.0
+    died_at: float = 0.0
+    failures: int = 0                      # deaths in a row, each soon after its start
+    restarts: int = 0
+
+    @property
+    def ready(self) -> dict[str, str]:
+        return self.child.ready if self.child is not None else {}
+
+
+class UpMetrics:
+    def __init__(self):
+        self.registry = CollectorRegistry()
+        self.restarts = Counter("mindmotor_up_restarts", "Services `mindmotor up` started again after they died",
+                                ["service"], registry=self.registry)
+        self.deaths = Counter("mindmotor_up_deaths", "Supervised services that exited without being asked to",
+                              ["service"], registry=self.registry)
+        self.up = Gauge("mindmotor_up_service_up", "1 while the service runs and has printed its ready line",
+                        ["service"], registry=self.registry)
+
+    def serve(self, host: str, port: int) -> tuple[object, int]:
+        from prometheus_client import start_http_server
+
+        server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        return server, server.server_port
+
+
+class Supervisor:
+    def __init__(self, log_dir: Path, backoff: RestartBackoff, stable_after_s: float, metrics: UpMetrics,
+                 clock: Callable[[], float] = time.monotonic):
+        self.log_dir = Path(log_dir)
+        self.backoff = backoff
+        self.stable_after_s = stable_after_s
+        self.metrics = metrics
+        self.clock = clock
+        self.services: dict[str, Service] = {}
+
+    def start(self, service: Service, timeout_s: float) -> Service:
+        """The first start: wait for the ready line (ChildProcessError if it does not come)."""
+        self.services[service.name] = service
+        self._spawn(service)
+        service.child.wait_ready(timeout_s)
+        self._running(service)
+        return service
+
+    def _spawn(self, service: Service) -> None:
+        service.child = ChildProcess(service.name, service.args(), service.ready_prefix,
+                                     self.log_dir / f"{service.name}.log", env=service.env, program=service.program)
+        service.state, service.started_at = STARTING, self.clock()
+        log.info("starting", extra={"child": service.name, "pid": service.child.proc.pid,
+                                    "log": str(service.child.log_path), "restarts": service.restarts})
+
+    def _running(self, service: Service) -> None:
+        service.state = RUNNING
+        self.metrics.up.labels(service.name).set(1)
+
+    def check(self) -> None:
+        now = self.clock()
+        for service in self.services.values():
+            if service.state in (STARTING, RUNNING) and not service.child.alive():
+                self._died(service, now)
+            elif service.state == WAITING and now >= service.died_at + self.backoff.delay(service.failures):
+                service.restarts += 1
+                self.metrics.restarts.labels(service.name).inc()
+                self._spawn(service)
+            elif service.state == STARTING and service.child.poll_ready():
+                self._running(service)
+                log.info("service restarted", extra={"child": service.name, "restarts": service.restarts,
+                                                      "pid": service.child.proc.pid, **service.ready})
+                service.on_ready(service)
+
+    def _died(self, service: Service, now: float) -> None:
+        code = service.child.proc.returncode
+        service.child.kill()                                    # reap it, close its log
+        quick = now - service.started_at < self.stable_after_s
+        service.failures = service.failures + 1 if quick else 1
+        service.state, service.died_at = WAITING, now
+        self.metrics.deaths.labels(service.name).inc()
+        self.metrics.up.labels(service.name).set(0)
+        log.error("service died; restarting it", extra={
+            "child": service.name, "exit_code": code, "ran_s": round(now - service.started_at, 3),
+            "failures_in_a_row": service.failures, "restarts": service.restarts,
+            "restart_in_s": self.backoff.delay(service.failures), "log": str(service.child.log_path),
+            "log_tail": service.child.log_tail(5)})
+
+    def stop(self, order: list[str]) -> None:
+        """Stop the services one after the other (each drains; SIGKILL after its stop timeout)."""
+        for name in order:
+            service = self.services.get(name)
+            if service is not None and service.child is not None:
+                code = service.child.stop(service.stop_timeout_s)
+                self.metrics.up.labels(name).set(0)
+                log.info("stopped", extra={"child": name, "exit_code": code})

@@ -1,0 +1,302 @@
+"""`mindmotor up` heals itself: one platform (controller, deployer with two workers, coordinator) for
+the module, configured with explicit ports, API keys and an admin token. Workers are SIGKILLed
+during greedy streams (every stream still equals an undisturbed run, the platform answers
+throughout, a replacement becomes routable each time); the coordinator, the controller and the
+deployer are SIGKILLed (back within seconds, `up` keeps running); a canary rollout goes through
+`mindmotor deploy` against up's deployer; no secret is on any process's command line."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+import yaml
+
+from mindmotor.launcher.process import ChildProcess
+
+from .conftest import wait_until
+
+API_KEY = "sk-e2e-up-faults-key"
+ADMIN_TOKEN = "e2e-up-faults-admin-token"
+PROMPTS = ["def fibonacci(n):", "import numpy as np\n", "The worker that serves this stream", "class Node:"]
+STREAM_TOKENS = 48
+BACK_WITHIN_S = 30.0          # generous for a loaded 2-core machine; it is seconds when idle
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+@pytest.fixture(scope="module")
+def platform(e2e_model, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("up-faults")
+    api, controller, admin, deployer, deployer_metrics, metrics = free_ports(6)
+    config = {
+        "port": api, "log_dir": str(tmp / "logs"), "api_keys": [API_KEY], "admin_token": ADMIN_TOKEN,
+        "ports": {"controller": controller, "controller_admin": admin, "deployer": deployer,
+                  "deployer_metrics": deployer_metrics, "metrics": metrics},
+        "restart_backoff_s": 0.2, "stable_after_s": 2.0,
+        # realtime steps of an emulated 7B model: a stream lasts long enough to be killed in
+        "models": [{"path": str(e2e_model), "name": "faults", "workers": 2, "timing": "realtime",
+                    "emulate": "qwen2-7b", "extra_args": ["--max-model-len", "512"]}],
+    }
+    (tmp / "up.yaml").write_text(yaml.safe_dump(config))
+    up = ChildProcess("up", ["up", "--config", str(tmp / "up.yaml")], "MINDMOTOR_UP_READY", tmp / "up.log")
+    try:
+        up.wait_ready(240)
+        up.config = config
+        yield up
+    finally:
+        assert up.stop(90) == 0
+
+
+@pytest.fixture(scope="module")
+def client(platform):
+    return openai.OpenAI(base_url=platform.ready["url"] + "/v1", api_key=API_KEY, max_retries=0, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def undisturbed(client, e2e_model):
+    return run_streams(client, e2e_model.name)[0]
+
+
+# ---- helpers ------------------------------------------------------------------------------------
+def run_streams(client, model: str, on_started=None) -> tuple[list[str], bool]:
+    """Every prompt streamed at once (greedy); `on_started()` runs once each stream has some text.
+    Returns the texts and whether every stream was still running when `on_started` ran."""
+    texts = [""] * len(PROMPTS)
+    started = [threading.Event() for _ in PROMPTS]
+    finished = [threading.Event() for _ in PROMPTS]
+    errors: list[BaseException] = []
+
+    def stream(i: int) -> None:
+        try:
+            for chunk in client.completions.create(model=model, prompt=PROMPTS[i], max_tokens=STREAM_TOKENS,
+                                                   temperature=0, stream=True, extra_body={"ignore_eos": True}):
+                if chunk.choices:
+                    texts[i] += chunk.choices[0].text
+                    if len(texts[i]) >= 3:
+                        started[i].set()
+        except BaseException as exc:  # noqa: BLE001 — reported below
+            errors.append(exc)
+        finally:
+            started[i].set()
+            finished[i].set()
+
+    threads = [threading.Thread(target=stream, args=(i,)) for i in range(len(PROMPTS))]
+    for t in threads:
+        t.start()
+    in_flight = True
+    if on_started is not None:
+        for event in started:
+            event.wait(60)
+        in_flight = not any(event.is_set() for event in finished)
+        on_started()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    return texts, in_flight
+
+
+class Prober:
+    """Small completions one after the other while it runs; every status code kept."""
+
+    def __init__(self, url: str, model: str):
+        self.url, self.model = url, model
+        self.codes: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=30, headers={"Authorization": f"Bearer {API_KEY}"}) as http:
+            while not self._stop.is_set():
+                try:
+                    r = http.post(f"{self.url}/v1/completions", json={
+                        "model": self.model, "prompt": "x =", "max_tokens": 2, "temperature": 0})
+                    self.codes.append(r.status_code)
+                except httpx.HTTPError:
+                    self.codes.append(0)
+                self._stop.wait(0.05)
+
+    def __enter__(self) -> "Prober":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(60)
+
+
+def descendants(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            children = [int(p) for p in (task / "children").read_text().split()]
+        except OSError:
+            continue
+        for child in children:
+            found += [child, *descendants(child)]
+    return found
+
+
+def cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+def service_pids(up: ChildProcess, command: str) -> list[int]:
+    """The `mindmotor <command>` processes under up (workers: the deployer's children)."""
+    return sorted(p for p in descendants(up.proc.pid) if cmdline(p)[1:4] == ["-m", "mindmotor.cli", command])
+
+
+def instances(platform) -> dict[str, dict]:
+    try:
+        r = httpx.get(f"http://127.0.0.1:{platform.ready['controller_admin_port']}/v1/instances",
+                      headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=5)
+        return {i["instance_id"]: i for i in r.json()["data"]}
+    except (httpx.HTTPError, ValueError, KeyError):
+        return {}
+
+
+def routable(platform) -> set[str]:
+    try:
+        health = httpx.get(platform.ready["url"] + "/health", timeout=5).json()
+    except (httpx.HTTPError, ValueError):
+        return set()
+    return {name for name, i in health.get("instances", {}).items() if i.get("routable")}
+
+
+def completes(platform, model: str) -> bool:
+    try:
+        r = httpx.post(platform.ready["url"] + "/v1/completions", headers={"Authorization": f"Bearer {API_KEY}"},
+                       json={"model": model, "prompt": "def f(x):", "max_tokens": 2, "temperature": 0}, timeout=10)
+        return r.status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def kill(pid: int) -> None:
+    os.kill(pid, signal.SIGKILL)
+
+
+def restarts(platform) -> dict[str, float]:
+    text = httpx.get(f"http://127.0.0.1:{platform.ready['metrics_port']}/metrics", timeout=5).text
+    counts = {}
+    for line in text.splitlines():
+        if line.startswith("mindmotor_up_restarts_total{"):
+            counts[line.split('"')[1]] = float(line.rsplit(" ", 1)[1])
+    return counts
+
+
+# ---- tests ----------------------------------------------------------------------------------------
+def test_ports_from_the_config_are_used_and_printed(platform):
+    """The ready line (stdout) names every port; each is the config's, and serves."""
+    ports, ready = platform.config["ports"], platform.ready
+    assert ready["port"] == str(platform.config["port"])
+    for key in ("controller", "controller_admin", "deployer", "deployer_metrics", "metrics"):
+        assert ready[f"{key}_port"] == str(ports[key])
+    assert httpx.get(f"http://127.0.0.1:{ports['controller_admin']}/health", timeout=5).status_code == 200
+    assert "mindmotor_deployer" in httpx.get(f"http://127.0.0.1:{ports['deployer_metrics']}/metrics", timeout=5).text
+    assert 'mindmotor_up_service_up{service="deployer"} 1.0' in \
+        httpx.get(f"http://127.0.0.1:{ports['metrics']}/metrics", timeout=5).text
+
+
+def test_no_secret_on_any_command_line_and_the_services_use_them(platform, e2e_model):
+    pids = descendants(platform.proc.pid)
+    assert len(service_pids(platform, "worker")) == 2 and len(pids) >= 5
+    for pid in [platform.proc.pid, *pids]:
+        line = " ".join(cmdline(pid))
+        assert API_KEY not in line and ADMIN_TOKEN not in line and "redis://" not in line
+    url = platform.ready["url"]
+    body = {"model": e2e_model.name, "prompt": "x", "max_tokens": 1}
+    assert httpx.post(f"{url}/v1/completions", json=body, timeout=30).status_code == 401
+    assert httpx.post(f"{url}/v1/completions", json=body, timeout=30,
+                      headers={"Authorization": f"Bearer {API_KEY}"}).status_code == 200
+    admin = f"http://127.0.0.1:{platform.ready['controller_admin_port']}/v1/instances"
+    assert httpx.get(admin, timeout=5).status_code == 401
+    assert len(instances(platform)) == 2
+
+
+def test_three_worker_kills_during_greedy_streams(platform, client, undisturbed, e2e_model):
+    with Prober(platform.ready["url"], e2e_model.name) as prober:
+        for round_ in range(3):
+            workers = service_pids(platform, "worker")
+            assert len(workers) == 2
+            victim = workers[round_ % 2]
+            victim_id = cmdline(victim)[cmdline(victim).index("--worker-id") + 1]
+            address = instances(platform)[victim_id]["address"]
+            texts, in_flight = run_streams(client, e2e_model.name, on_started=lambda: kill(victim))
+            assert texts == undisturbed and in_flight, f"round {round_}"
+
+            def replaced() -> bool:
+                now = instances(platform).get(victim_id, {})
+                return now.get("state") == "ready" and now.get("address") != address \
+                    and victim_id in routable(platform) and len(routable(platform)) == 2
+            wait_until(replaced, timeout=60, interval=0.2, what=f"a routable replacement for {victim_id}")
+    assert prober.codes and set(prober.codes) == {200}, prober.codes
+    assert platform.alive()
+
+
+def test_a_canary_rollout_through_mindmotor_deploy(platform, e2e_model):
+    env = {**os.environ, "MINDMOTOR_ADMIN_TOKEN": ADMIN_TOKEN}
+    deployer = f"127.0.0.1:{platform.ready['deployer_port']}"
+    deploy = [sys.executable, "-m", "mindmotor.cli", "deploy", "--deployer", deployer]
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        command = [*deploy[:4], args[0], *deploy[4:], *args[1:]]
+        return subprocess.run(command, capture_output=True, text=True, timeout=180, env=env)
+
+    done = run("rollout", "faults", "--version", "v2", "--checkpoint", str(e2e_model), "--canary", "50",
+               "--replicas", "1", "--json")
+    assert done.returncode == 0, done.stderr
+    wait_until(lambda: {"faults-v2-0", "faults-v1-0", "faults-v1-1"} <= routable(platform), timeout=60,
+               interval=0.2, what="the canary routable")
+    assert completes(platform, e2e_model.name)
+    done = run("rollback", "faults", "--reason", "e2e")
+    assert done.returncode == 0, done.stderr
+    wait_until(lambda: "faults-v2-0" not in instances(platform), timeout=60, interval=0.2, what="the canary gone")
+
+
+def test_the_coordinator_and_the_controller_come_back_after_sigkill(platform, e2e_model):
+    before = restarts(platform)
+    for service in ("coordinator", "controller"):
+        (pid,) = service_pids(platform, service)
+        kill(pid)
+        wait_until(lambda: service_pids(platform, service) not in ([], [pid]) and completes(platform, e2e_model.name),
+                   timeout=BACK_WITHIN_S, interval=0.2, what=f"the {service} back")
+        assert platform.alive()
+    wait_until(lambda: {i["state"] for i in instances(platform).values()} == {"ready"}
+               and len(instances(platform)) == 2, timeout=BACK_WITHIN_S, interval=0.2,
+               what="both workers registered again")
+    after = restarts(platform)
+    assert after["coordinator"] == before.get("coordinator", 0) + 1
+    assert after["controller"] == before.get("controller", 0) + 1
+
+
+def test_a_killed_deployer_is_restarted_and_its_workers_replaced(platform, e2e_model):
+    (deployer,) = service_pids(platform, "deployer")
+    workers = service_pids(platform, "worker")
+    kill(deployer)
+    wait_until(lambda: not any(p in descendants(platform.proc.pid) for p in workers), timeout=10,
+               interval=0.2, what="the dead deployer's workers gone")
+    wait_until(lambda: len(set(service_pids(platform, "worker")) - set(workers)) == 2
+               and len(routable(platform)) == 2 and completes(platform, e2e_model.name),
+               timeout=60, interval=0.2, what="two new workers serving")
+    assert platform.alive()
+    assert restarts(platform)["deployer"] == 1

@@ -1,0 +1,98 @@
+"""`mindmotor up` with `redis_url`: the Deployer keeps its deployments in Redis, so a canary rollout
+in progress survives a SIGKILL of the deployer (the restarted one waits out the dead one's lease,
+then starts the replicas of both versions again from the stored record)."""
+
+from __future__ import annotations
+
+import uuid
+
+import grpc
+import httpx
+import pytest
+import redis
+import yaml
+
+from mindmotor.deployer.client import DeployerClient
+from mindmotor.launcher.process import ChildProcess
+
+from .conftest import wait_until
+from .test_up_faults import descendants, kill, service_pids
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+TOKEN = "e2e-up-redis-token"
+
+
+@pytest.fixture
+def up_on_redis(e2e_model, tmp_path):
+    prefix = f"mindmotor-e2e-up:{uuid.uuid4().hex}:"
+    (tmp_path / "up.yaml").write_text(yaml.safe_dump({
+        "port": 0, "redis_url": REDIS_URL, "redis_prefix": prefix, "admin_token": TOKEN, "restart_backoff_s": 0.2,
+        "log_dir": str(tmp_path / "logs"), "models": [{"path": str(e2e_model), "name": "canary", "workers": 1,
+                                                       "timing": "virtual"}]}))
+    up = ChildProcess("up", ["up", "--config", str(tmp_path / "up.yaml")], "MINDMOTOR_UP_READY", tmp_path / "up.log")
+    try:
+        up.wait_ready(180)
+        yield up
+    finally:
+        assert up.stop(90) == 0
+        store = redis.Redis.from_url(REDIS_URL)
+        for key in store.scan_iter(f"{prefix}*"):
+            store.delete(key)
+
+
+def get(client: DeployerClient, name: str):
+    try:
+        return client.get(name)
+    except grpc.RpcError:              # the restarted deployer is not up, or stands by
+        return None
+
+
+def routable(url: str) -> set[str]:
+    try:
+        instances = httpx.get(f"{url}/health", timeout=5).json().get("instances", {})
+    except (httpx.HTTPError, ValueError):
+        return set()
+    return {name for name, i in instances.items() if i.get("routable")}
+
+
+def addresses(up: ChildProcess) -> dict[str, str]:
+    """instance id → address of the ready instances in the controller."""
+    try:
+        r = httpx.get(f"http://127.0.0.1:{up.ready['controller_admin_port']}/v1/instances",
+                      headers={"Authorization": f"Bearer {TOKEN}"}, timeout=5)
+        return {i["instance_id"]: i["address"] for i in r.json()["data"] if i["state"] == "ready"}
+    except (httpx.HTTPError, ValueError, KeyError):
+        return {}
+
+
+def completes(url: str, model: str) -> bool:
+    try:
+        return httpx.post(f"{url}/v1/completions", json={"model": model, "prompt": "x", "max_tokens": 2},
+                          timeout=30).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def test_a_canary_survives_a_deployer_sigkill(up_on_redis, e2e_model):
+    url = up_on_redis.ready["url"]
+    with DeployerClient(f"127.0.0.1:{up_on_redis.ready['deployer_port']}", TOKEN, timeout_s=30) as client:
+        client.rollout("canary", "v2", checkpoint=str(e2e_model), canary=50)
+        assert client.wait_rollout("canary", timeout_s=120).rollout.phase == "canary"
+        wait_until(lambda: routable(url) == {"canary-v1-0", "canary-v2-0"}, timeout=30, interval=0.2,
+                   what="both versions routable")
+        workers = service_pids(up_on_redis, "worker")
+        before = addresses(up_on_redis)
+        assert set(before) == {"canary-v1-0", "canary-v2-0"}
+
+        (deployer,) = service_pids(up_on_redis, "deployer")
+        kill(deployer)
+        wait_until(lambda: not set(workers) & set(descendants(up_on_redis.proc.pid)), timeout=10, interval=0.2,
+                   what="the dead deployer's workers gone")
+        recovered = wait_until(lambda: get(client, "canary"), timeout=30, interval=0.2,
+                               what="the restarted deployer to own the deployments")
+        assert recovered.rollout.phase == "canary" and [v.name for v in recovered.spec.versions] == ["v1", "v2"]
+        wait_until(lambda: (now := addresses(up_on_redis)).keys() == before.keys()
+                   and not set(now.values()) & set(before.values()), timeout=60, interval=0.2,
+                   what="both versions' new replicas ready in the controller")
+    wait_until(lambda: completes(url, e2e_model.name), timeout=30, interval=0.2, what="the platform serving again")
+    assert up_on_redis.alive()
