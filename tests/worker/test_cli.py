@@ -14,7 +14,7 @@ from mindmotor.worker.cli import config_from_args
 FLAGS = ["--model", "--port", "--device", "--emulate", "--timing", "--host", "--metrics-port",
          "--max-num-seqs", "--max-num-batched-tokens", "--num-blocks", "--block-size",
          "--no-prefix-caching", "--no-chunked-prefill", "--memory-fraction", "--tp", "--drain-timeout",
-         "--worker-id"]
+         "--worker-id", "--kv-host-budget"]
 
 
 def test_flags_build_the_configs():

@@ -31,3 +31,44 @@ def test_qwen2_7b_capacity_worker_stays_under_1_gib(start_worker):
     assert all(len(o.token_ids) == 64 for o in outs)
     rss = resident_bytes(worker.proc.pid)
     assert 20 * 2**20 < rss < 1 * GiB, rss                   # (the lower bound: it is the worker)
+
+
+def metric(worker, name: str) -> float:
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(worker.metrics_url, timeout=5) as response:
+        text = response.read().decode()
+    (value,) = [s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == name]
+    return value
+
+
+def test_distinct_long_prompts_keep_the_host_kv_under_the_budget(start_worker):
+    """The issue's case in small: distinct ~900-token prompts on a card whose emulated pool holds
+    millions of tokens; past the 4 MiB budget cached blocks are evicted, the host arrays stop growing."""
+    budget = 4 * 2**20
+    worker = start_worker("--timing", "virtual", "--emulate", "qwen2-7b", "--kv-host-budget", "4MiB")
+    assert metric(worker, "mindmotor_kv_host_budget_bytes") == budget
+    prompts = [[(13 * i + 7 * j) % 383 + 1 for j in range(900)] for i in range(24)]   # 24 × 900 tokens ≈ 10 MiB of KV
+    with ThreadPoolExecutor(4) as pool:
+        outs = list(pool.map(lambda p: collect(worker.stub.Generate(
+            request(p, max_tokens=4, ignore_eos=True), timeout=60)), prompts))
+    assert all(len(o.token_ids) == 4 for o in outs)
+    assert 0 < metric(worker, "mindmotor_kv_host_bytes") <= budget
+    assert metric(worker, "mindmotor_kv_evictions_total") > 0
+    assert metric(worker, "mindmotor_kv_host_limited_total") == 0
+    assert metric(worker, "mindmotor_kv_cache_blocks") > 40_000          # admission still sees the card
+
+
+def test_a_budget_that_cannot_hold_one_sequence_is_a_start_error(tiny_model):
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "mindmotor.cli", "worker", "--model", str(tiny_model), "--port", "0",
+                           "--timing", "virtual", "--kv-host-budget", "64KiB"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 1 and "MINDMOTOR_WORKER_READY" not in done.stdout
+    (entry,) = [json.loads(line) for line in done.stderr.splitlines() if '"worker failed"' in line]
+    assert "host KV budget of 0.1 MiB" in entry["error"] and "max_model_len 1024 tokens needs 64 blocks" in entry["error"]

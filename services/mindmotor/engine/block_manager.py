@@ -6,6 +6,13 @@ running sequence references stay cached (evictable, in LRU order) until a new al
 
 The manager never decides policy: `allocate_slots` returns False when the pool is short and leaves
 everything unchanged; the scheduler decides whom to preempt.
+
+Host storage: at most `host_blocks` (≤ `num_blocks`) block ids are ever handed out, because only
+that many have host arrays within the host memory budget. Past it a new block reuses the least
+recently used cached block (an eviction) instead of a new id, so the prefix cache shrinks to what
+the host holds while the emulated card's `num_blocks` still decides admission and preemption.
+Should the blocks in use alone need more than `host_blocks`, an allocation is refused as if the
+pool were short (`host_limited` counts those: the worker then behaves like a smaller card).
 """
 
 from __future__ import annotations
@@ -19,10 +26,14 @@ from .sequence import Sequence
 
 
 class BlockManager:
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True,
+                 host_blocks: int | None = None):
         if num_blocks < 1 or block_size < 1:
             raise ValueError(f"need at least one block of at least one token, got {num_blocks}×{block_size}")
+        if host_blocks is not None and host_blocks < 1:
+            raise ValueError(f"need host storage for at least one block, got {host_blocks}")
         self.num_blocks = num_blocks
+        self.host_blocks = min(num_blocks, host_blocks or num_blocks)   # ids [0, host_blocks) only
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
         # Blocks [0, watermark) have been handed out at least once; those above it are free and
@@ -36,11 +47,24 @@ class BlockManager:
         self._num_hashed: dict[str, int] = {}             # request id → its blocks already registered
         self.prefix_queries = 0                           # prompt tokens looked up
         self.prefix_hits = 0                              # of those, found cached
+        self.evictions = 0                                # cached blocks reused for new ones
+        self.host_limited = 0                             # allocations refused for the host budget alone
 
     # ---- what the scheduler sees ------------------------------------------------------------
     @property
+    def num_used_blocks(self) -> int:
+        """Blocks referenced by sequences."""
+        return self.watermark - len(self._free_ids) - len(self._evictable)
+
+    @property
     def num_free_blocks(self) -> int:
-        return self.num_blocks - self.watermark + len(self._free_ids) + len(self._evictable)
+        """Free on the emulated card (cached-but-unreferenced blocks count as free)."""
+        return self.num_blocks - self.num_used_blocks
+
+    @property
+    def num_cached_blocks(self) -> int:
+        """Cached blocks no sequence references (evictable)."""
+        return len(self._evictable)
 
     @property
     def usage(self) -> float:
@@ -81,7 +105,11 @@ class BlockManager:
         num_tokens = seq.num_computed_tokens + len(computed_blocks) * self.block_size + num_new_tokens
         num_new_blocks = self.blocks_needed(num_tokens) - len(seq.block_table) - len(computed_blocks)
         num_revived = sum(1 for b in computed_blocks if self.ref_counts[b] == 0)
-        if max(num_new_blocks, 0) + num_revived > self.num_free_blocks:
+        wanted = max(num_new_blocks, 0) + num_revived
+        if wanted > self.num_free_blocks:
+            return False
+        if wanted > self.host_blocks - self.num_used_blocks:
+            self.host_limited += 1
             return False
         for block in computed_blocks:
             if self.ref_counts[block] == 0:
@@ -135,13 +163,14 @@ class BlockManager:
     def _pop_free(self) -> int:
         if self._free_ids:                                # low ids first keeps the pool compact
             return heapq.heappop(self._free_ids)
-        if self.watermark < self.num_blocks:
+        if self.watermark < self.host_blocks:
             self.ref_counts.append(0)
             self.block_hash.append(None)
             self.watermark += 1
             return self.watermark - 1
         block, _ = self._evictable.popitem(last=False)    # least recently used cached block
         self._uncache(block)
+        self.evictions += 1
         return block
 
     def _uncache(self, block: int) -> None:
@@ -159,7 +188,7 @@ class BlockManager:
         assert not free & evictable, "a block is both free and cached-evictable"
         used = {b for b, r in enumerate(self.ref_counts) if r > 0}
         assert all(r >= 0 for r in self.ref_counts), "negative reference count"
-        assert len(self.ref_counts) == len(self.block_hash) == self.watermark <= self.num_blocks
+        assert len(self.ref_counts) == len(self.block_hash) == self.watermark <= self.host_blocks <= self.num_blocks
         assert all(b < self.watermark for b in free | evictable), "a free block is above the watermark"
         assert len(used) + len(free) + len(evictable) == self.watermark, (
             f"free {len(free)} + evictable {len(evictable)} + used {len(used)} != {self.watermark} "

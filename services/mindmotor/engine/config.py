@@ -24,6 +24,8 @@ class EngineConfig:
     enable_chunked_prefill: bool = True
     seed: int = 0                         # for requests that bring no seed of their own
     kv_pin_ttl_s: float = 30.0            # prefill-only KV is freed this long after pinning if not released
+    kv_host_budget_bytes: int | None = None  # host memory for KV arrays; None: 10% of the machine's
+                                          # (engine/host_memory.py); cached blocks are evicted past it
 
     def __post_init__(self):
         if self.timing not in TIMING_MODES:
@@ -36,6 +38,8 @@ class EngineConfig:
             raise ValueError(f"kv_pin_ttl_s must be positive, got {self.kv_pin_ttl_s}")
         if self.block_size < 1:
             raise ValueError(f"block_size must be at least 1, got {self.block_size}")
+        if self.kv_host_budget_bytes is not None and self.kv_host_budget_bytes < 1:
+            raise ValueError(f"kv_host_budget_bytes must be positive, got {self.kv_host_budget_bytes}")
 
     def with_(self, **changes) -> "EngineConfig":
         return replace(self, **changes)

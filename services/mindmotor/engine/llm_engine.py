@@ -25,6 +25,7 @@ from mindmotor.model.llama import LlamaModel
 
 from .block_manager import BlockManager
 from .config import EngineConfig
+from .host_memory import format_bytes, resolve_budget
 from .kv_transfer import KVBlocks, KVPins, num_prompt_blocks
 from .model_runner import ModelRunner
 from .output import OutputProcessor, RequestOutput
@@ -87,6 +88,12 @@ class EngineStats:
     kv_transfer_bytes: int = 0
     request_failures: int = 0         # requests the engine finished with an error (it raised for them)
     step_failures: int = 0            # steps that failed as a whole
+    kv_host_bytes: int = 0            # host memory of the KV arrays now
+    kv_host_budget_bytes: int = 0     # ... and its budget
+    kv_host_blocks: int = 0           # blocks the budget holds (≤ num_blocks)
+    kv_cached_blocks: int = 0         # prefix-cache blocks no request references
+    kv_evictions: int = 0             # cached blocks reused for new ones
+    kv_host_limited: int = 0          # allocations refused for the host budget alone
 
 
 def served_model_profile(config: LlamaConfig, name: str, tp: int = 1) -> ModelProfile:
@@ -116,12 +123,15 @@ class LLMEngine:
         self.max_model_len = min(config.max_model_len or mcfg.max_position_embeddings,
                                  mcfg.max_position_embeddings, num_blocks * config.block_size)
 
-        self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
+        self.kv_host_budget_bytes = resolve_budget(config.kv_host_budget_bytes)
+        host_blocks = self._host_blocks(num_blocks, mcfg)
+        self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching,
+                                          host_blocks=host_blocks)
         self.scheduler = Scheduler(SchedulerConfig(
             max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
             max_model_len=self.max_model_len, enable_chunked_prefill=config.enable_chunked_prefill),
             self.block_manager)
-        self.kv_cache = PagedKVCache(mcfg.num_hidden_layers, num_blocks, config.block_size,
+        self.kv_cache = PagedKVCache(mcfg.num_hidden_layers, host_blocks, config.block_size,
                                      mcfg.num_key_value_heads, mcfg.head_dim)
         self.runner = ModelRunner(self.model, self.kv_cache)
         self.sampler = Sampler(self.tokenizer.eos_token_ids)
@@ -139,7 +149,23 @@ class LLMEngine:
         self._step_outputs: list[RequestOutput] = []
         log.info("engine ready", extra={"model": str(self.model_dir), "device": config.device,
                                         "profile": profile.name, "num_blocks": num_blocks,
+                                        "host_blocks": host_blocks, "kv_host_budget_bytes": self.kv_host_budget_bytes,
                                         "max_model_len": self.max_model_len})
+
+    def _host_blocks(self, num_blocks: int, mcfg: LlamaConfig) -> int:
+        """How many blocks the host budget holds (at most the emulated pool); ValueError when that
+        cannot hold one sequence of `max_model_len` tokens."""
+        per_block = PagedKVCache.block_bytes(mcfg.num_hidden_layers, self.config.block_size,
+                                             mcfg.num_key_value_heads, mcfg.head_dim)
+        host_blocks = min(num_blocks, self.kv_host_budget_bytes // per_block)
+        needed = -(-self.max_model_len // self.config.block_size)
+        if host_blocks < needed:
+            raise ValueError(
+                f"the host KV budget of {format_bytes(self.kv_host_budget_bytes)} holds {host_blocks} blocks of "
+                f"{format_bytes(per_block)}, but one sequence of max_model_len {self.max_model_len} tokens needs "
+                f"{needed} blocks ({format_bytes(needed * per_block)}); raise the budget (--kv-host-budget) or "
+                "lower --max-model-len")
+        return host_blocks
 
     # ---- requests ---------------------------------------------------------------------------
     def validate(self, prompt: str | Seq[int] | ResumedPrompt, params: SamplingParams
@@ -465,7 +491,10 @@ class LLMEngine:
             lag_time_s=pacer.lag_time_s, num_pinned=len(self.pins), num_pinned_blocks=self.pins.num_blocks,
             num_receiving=len(self.receiving), kv_transfers=self.device.kv_transfers,
             kv_transfer_s=self.device.kv_transfer_s, kv_transfer_bytes=self.device.kv_transfer_bytes,
-            request_failures=self.request_failures, step_failures=self.step_failures)
+            request_failures=self.request_failures, step_failures=self.step_failures,
+            kv_host_bytes=self.kv_cache.host_bytes, kv_host_budget_bytes=self.kv_host_budget_bytes,
+            kv_host_blocks=bm.host_blocks, kv_cached_blocks=bm.num_cached_blocks, kv_evictions=bm.evictions,
+            kv_host_limited=bm.host_limited)
 
     def check_invariants(self) -> None:
         """The pool adds up, counting every holder of blocks: running, pinned and receiving."""

@@ -1,9 +1,11 @@
 """`PagedKVCache`: the key/value pool of one worker, paged in fixed-size blocks.
 
-Logically the pool has `num_blocks` blocks per layer (the capacity the emulated device gives). In host
-memory it holds only as many blocks as have been handed out so far (it grows by doubling), so a small
-model with the capacity of a 7B model on a 64 GiB card costs host memory for the tokens it really holds.
-The block manager hands out low block ids first, which keeps the pool compact.
+It can store block ids [0, `num_blocks`): the blocks the host memory budget holds (at most the
+emulated device's capacity; the block manager never hands out a higher id). In host memory it holds
+only as many blocks as have been handed out so far (it grows by doubling, capped at `num_blocks`),
+so a small model with the capacity of a 7B model on a 64 GiB card costs host memory for the tokens
+it really holds, and never more than the budget. The block manager hands out low block ids first,
+which keeps the pool compact.
 """
 
 from __future__ import annotations
@@ -25,13 +27,24 @@ class PagedKVCache:
         self.v: list[np.ndarray] = []
         self._grow(min(initial_blocks, num_blocks))
 
+    @staticmethod
+    def block_bytes(num_layers: int, block_size: int, num_kv_heads: int, head_dim: int, dtype=np.float32) -> int:
+        """Host bytes of one block, K and V of every layer."""
+        return 2 * num_layers * block_size * num_kv_heads * head_dim * np.dtype(dtype).itemsize
+
     @property
     def bytes_per_block(self) -> int:
-        return 2 * self.num_layers * self.block_size * self.num_kv_heads * self.head_dim * self.dtype.itemsize
+        return self.block_bytes(self.num_layers, self.block_size, self.num_kv_heads, self.head_dim, self.dtype)
 
     @property
     def host_bytes(self) -> int:
+        """Host memory of the arrays allocated now."""
         return self.capacity * self.bytes_per_block
+
+    @property
+    def max_host_bytes(self) -> int:
+        """What the arrays can grow to."""
+        return self.num_blocks * self.bytes_per_block
 
     def ensure_blocks(self, max_block_id: int) -> None:
         """Make sure block `max_block_id` has host storage."""

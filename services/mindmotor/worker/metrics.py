@@ -57,6 +57,15 @@ class EngineCollector(Collector):
         yield _gauge("mindmotor_kv_cache_usage_ratio", "Fraction of KV blocks referenced by requests",
                      stats.kv_usage)
         yield _gauge("mindmotor_kv_cache_blocks", "KV blocks in the pool", stats.num_blocks)
+        yield _gauge("mindmotor_kv_host_bytes", "Host memory of the KV arrays", stats.kv_host_bytes)
+        yield _gauge("mindmotor_kv_host_budget_bytes", "Host memory budget of the KV arrays",
+                     stats.kv_host_budget_bytes)
+        yield _gauge("mindmotor_kv_host_blocks", "KV blocks the host budget holds", stats.kv_host_blocks)
+        yield _gauge("mindmotor_kv_cached_blocks", "Prefix-cache blocks no request references",
+                     stats.kv_cached_blocks)
+        yield _counter("mindmotor_kv_evictions", "Cached KV blocks evicted for new ones", stats.kv_evictions)
+        yield _counter("mindmotor_kv_host_limited", "KV allocations refused because the host budget, not the "
+                       "emulated card, was full", stats.kv_host_limited)
         yield _gauge("mindmotor_prefix_cache_hit_rate", "Prefix-cache block hits over queries",
                      stats.prefix_hit_rate)
         yield _counter("mindmotor_num_preemptions", "Sequences preempted for KV blocks", stats.num_preemptions)
