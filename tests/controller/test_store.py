@@ -130,3 +130,34 @@ async def test_open_store_selects_the_backend():
     assert isinstance(redis_store, RedisStore) and redis_store.prefix == "p:"
     with pytest.raises(ValueError):
         open_store("etcd://x")
+
+
+async def test_a_hung_redis_raises_store_unavailable_after_the_timeout(monkeypatch):
+    """SIGSTOPped redis-server: it accepts the connection but never answers; every call gives up."""
+    from mindmotor.common.redis_testing import RedisServer
+
+    monkeypatch.setenv("MINDMOTOR_REDIS_TIMEOUT_S", "0.3")
+    with RedisServer() as server:
+        s = open_store(server.url, prefix="hung:")
+        assert s.timeout_s == 0.3
+        await s.set("k", 1)
+        server.freeze()
+        try:
+            for call in (s.get("k"), s.hgetall("h"), s.try_acquire_lease("l", "me", 1.0), s.incr("n")):
+                with pytest.raises(StoreUnavailable, match="Timeout"):
+                    await call
+        finally:
+            server.thaw()
+        assert await s.get("k") == 1                           # and it works again once Redis does
+        await s.close()
+
+
+async def test_the_redis_timeout_setting_is_checked(monkeypatch):
+    from mindmotor.common.store import DEFAULT_TIMEOUT_S, redis_timeout_s
+
+    monkeypatch.delenv("MINDMOTOR_REDIS_TIMEOUT_S", raising=False)
+    assert redis_timeout_s() == DEFAULT_TIMEOUT_S == 1.0
+    for bad in ("soon", "0", "-1"):
+        monkeypatch.setenv("MINDMOTOR_REDIS_TIMEOUT_S", bad)
+        with pytest.raises(ValueError, match="MINDMOTOR_REDIS_TIMEOUT_S"):
+            redis_timeout_s()

@@ -11,7 +11,10 @@ notifications and leases — in memory (one process) or in Redis (several proces
 Values are anything `json.dumps` takes; they are serialized canonically (sorted keys), so a
 compare-and-set compares the stored text with the canonical text of the expected value. Every key
 and channel lives under the store's prefix (Redis default `mindmotor:`), so several deployments
-(or tests) can share one Redis. Errors talking to the backend raise `StoreUnavailable`.
+(or tests) can share one Redis. Errors talking to the backend raise `StoreUnavailable`; so does a
+Redis that does not answer within the timeout (connecting and each command; default
+`DEFAULT_TIMEOUT_S`, or `MINDMOTOR_REDIS_TIMEOUT_S` in the environment), so a Redis that hangs
+never hangs a service.
 
 `MemoryStore` is atomic because every operation completes without yielding to the event loop;
 `RedisStore` is atomic per command and uses Lua scripts for compare-and-set and the leases
@@ -23,11 +26,28 @@ from __future__ import annotations
 import abc
 import asyncio
 import json
+import os
 import time
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
 
 DEFAULT_PREFIX = "mindmotor:"
+DEFAULT_TIMEOUT_S = 1.0
+TIMEOUT_ENV = "MINDMOTOR_REDIS_TIMEOUT_S"
+
+
+def redis_timeout_s() -> float:
+    """The Redis timeout of the stores: `MINDMOTOR_REDIS_TIMEOUT_S`, else `DEFAULT_TIMEOUT_S`."""
+    text = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not text:
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{TIMEOUT_ENV} must be a number of seconds, got {text!r}") from None
+    if not value > 0:
+        raise ValueError(f"{TIMEOUT_ENV} must be positive, got {text!r}")
+    return value
 
 
 class StoreUnavailable(RuntimeError):
@@ -285,11 +305,13 @@ class RedisStore(Store):
 
     kind = "redis"
 
-    def __init__(self, url: str, prefix: str = DEFAULT_PREFIX, socket_timeout_s: float = 2.0):
+    def __init__(self, url: str, prefix: str = DEFAULT_PREFIX, socket_timeout_s: float | None = None):
         import redis.asyncio as redis_asyncio
 
         self.url = url
         self.prefix = prefix
+        socket_timeout_s = redis_timeout_s() if socket_timeout_s is None else socket_timeout_s
+        self.timeout_s = socket_timeout_s
         self._redis = redis_asyncio.from_url(url, decode_responses=True, socket_timeout=socket_timeout_s,
                                              socket_connect_timeout=socket_timeout_s)
         self._cas = self._redis.register_script(_CAS_SCRIPT)

@@ -33,14 +33,17 @@ from .static_source import StaticWorkerSource
 log = logging.getLogger("mindmotor.coordinator")
 
 
-def make_rate_limiter(settings: CoordinatorSettings) -> RateLimiter | None:
+def make_rate_limiter(settings: CoordinatorSettings, metrics: CoordinatorMetrics | None = None
+                      ) -> RateLimiter | None:
     if settings.rate_limit_rpm <= 0:
         return None
     if settings.redis_url:
         from .rate_limit_redis import RedisRateLimiter
 
+        on_fail_open = (lambda reason: metrics.rate_limit_fail_open.labels(reason).inc()) if metrics else None
         return RedisRateLimiter(settings.redis_url, settings.rate_limit_rpm, settings.rate_limit_burst,
-                                settings.redis_prefix)
+                                settings.redis_prefix, timeout_s=settings.rate_limit_redis_timeout_s,
+                                open_s=settings.rate_limit_redis_skip_s, on_fail_open=on_fail_open)
     return MemoryRateLimiter(settings.rate_limit_rpm, settings.rate_limit_burst)
 
 
@@ -52,7 +55,7 @@ def build_coordinator(settings: CoordinatorSettings) -> Coordinator:
         settings=settings, table=table, router=router, channels=WorkerChannels(),
         catalog=ModelCatalog(settings, table),
         admission=Admission(settings.max_requests, settings.retry_after_s, metrics), metrics=metrics,
-        keys=APIKeys(settings.api_keys), limiter=make_rate_limiter(settings))
+        keys=APIKeys(settings.api_keys), limiter=make_rate_limiter(settings, metrics))
 
 
 def make_source(settings: CoordinatorSettings, c: Coordinator):

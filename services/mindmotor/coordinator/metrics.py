@@ -39,6 +39,9 @@ class CoordinatorMetrics:
                                    ["model"], registry=r)
         self.pd_fallbacks = Counter(p + "pd_fallbacks_total", "choices that left the prefill/decode split, "
                                     "by reason", ["model", "reason"], registry=r)
+        self.rate_limit_fail_open = Counter(p + "rate_limit_fail_open_total", "requests let through unlimited "
+                                            "because the rate limit store failed (error) or was being skipped "
+                                            "after a failure (skipped)", ["reason"], registry=r)
         self.instances = Gauge(p + "routable_instances", "routable instances per model", ["model"], registry=r)
         self.model_discovery = Counter(p + "model_discovery_total", "ModelInfo outcomes of model discovery: "
                                        "discovered, matched, version_tokenizer, conflict, local_differs, failed, "

@@ -1,11 +1,21 @@
 """`RedisRateLimiter`: the token buckets in Redis, one hash per key under `prefix`, updated by
 one Lua script (read, refill, take, write, expire — atomic, on Redis's own clock, so every
-coordinator sees the same bucket). If Redis cannot be reached the request is let through (and
-logged): a rate limit must not take the service down."""
+coordinator sees the same bucket).
+
+A rate limit must not take the service down, nor slow it: every call has a short timeout
+(`timeout_s`, connecting included); a request whose call fails is let through ("fails open"); after
+a failure Redis is skipped for `open_s` (a circuit breaker, then one probe at a time), so a Redis
+that hangs costs one timeout per `open_s`, not one per request. Each request let through is
+counted (`on_fail_open(reason)`: "error" — the call failed — or "skipped" — the breaker was open);
+the outage is logged once when it starts and once when Redis answers again.
+"""
 
 from __future__ import annotations
 
 import logging
+from typing import Callable
+
+from mindmotor.common.circuit_breaker import CircuitBreaker
 
 from .rate_limit import Decision
 
@@ -35,22 +45,40 @@ return {allowed, tostring(retry)}
 
 
 class RedisRateLimiter:
-    def __init__(self, url: str, rpm: float, burst: int | None = None, prefix: str = "mindmotor:ratelimit:"):
+    def __init__(self, url: str, rpm: float, burst: int | None = None, prefix: str = "mindmotor:ratelimit:",
+                 timeout_s: float = 0.25, open_s: float = 5.0,
+                 on_fail_open: Callable[[str], None] | None = None):
         import redis.asyncio as redis
 
         self.rate = rpm / 60.0
         self.capacity = float(burst or max(1, round(rpm)))
         self.prefix = prefix
-        self._redis = redis.from_url(url)
+        self.on_fail_open = on_fail_open
+        self.breaker = CircuitBreaker(open_s)
+        self.let_through = 0                  # requests let through during the current outage
+        self._redis = redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
         self._script = self._redis.register_script(TOKEN_BUCKET_LUA)
 
     async def acquire(self, key: str) -> Decision:
+        if not self.breaker.allow():
+            return self._fail_open("skipped")
         try:
             allowed, retry = await self._script(keys=[self.prefix + key], args=[self.rate, self.capacity])
-        except Exception as exc:  # redis.RedisError, OSError: fail open
-            log.warning("rate limit store unavailable; request let through", extra={"error": repr(exc)})
-            return Decision(True)
+        except Exception as exc:  # noqa: BLE001 — redis.RedisError, OSError, a timeout: fail open
+            if self.breaker.failed():
+                log.warning("rate limit store unavailable; letting requests through until it answers",
+                            extra={"error": f"{type(exc).__name__}: {exc}", "skip_s": self.breaker.open_s})
+            return self._fail_open("error")
+        if self.breaker.succeeded():
+            log.info("rate limit store answers again", extra={"let_through": self.let_through})
+            self.let_through = 0
         return Decision(bool(int(allowed)), float(retry))
+
+    def _fail_open(self, reason: str) -> Decision:
+        self.let_through += 1
+        if self.on_fail_open is not None:
+            self.on_fail_open(reason)
+        return Decision(True)
 
     async def close(self) -> None:
         await self._redis.aclose()

@@ -1,0 +1,63 @@
+"""The coordinator's Redis rate limiter when its Redis (a redis-server of the test's own) hangs or is
+away: requests are let through (fail open) and counted; after one failed call Redis is skipped
+(a circuit breaker), so a hung Redis costs one timeout, not one per request; the outage is logged
+once; when Redis answers again the limit applies again."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+import httpx
+
+from mindmotor.common.circuit_breaker import CircuitBreaker
+from mindmotor.common.redis_testing import RedisServer
+
+from .processes import wait_until
+
+ALPHA = {"Authorization": "Bearer sk-alpha"}
+
+
+def fail_open(c, reason: str) -> float:
+    return c.coordinator.metrics.rate_limit_fail_open.labels(reason)._value.get()
+
+
+def test_a_hung_or_absent_redis_lets_requests_through_once_per_outage(make_coordinator, virtual_workers, caplog):
+    caplog.set_level(logging.INFO, logger="mindmotor.coordinator")
+    with RedisServer() as server:
+        c = make_coordinator(workers=[virtual_workers[0].address], api_keys=["sk-alpha"], rate_limit_rpm=6,
+                             rate_limit_burst=2, redis_url=server.url, redis_prefix=f"rl-{uuid.uuid4().hex}:",
+                             rate_limit_redis_timeout_s=0.2, rate_limit_redis_skip_s=1.0)
+        with httpx.Client(base_url=c.url, timeout=10) as http:
+            assert [http.get("/v1/models", headers=ALPHA).status_code for _ in range(3)] == [200, 200, 429]
+
+            server.freeze()                                   # accepts, never answers
+            assert [http.get("/v1/models", headers=ALPHA).status_code for _ in range(4)] == [200] * 4
+            assert fail_open(c, "error") == 1                 # one call timed out ...
+            assert fail_open(c, "skipped") == 3               # ... the next ones did not wait for Redis
+            server.thaw()
+            # after the skip window one probe goes to Redis again: the bucket is still empty
+            wait_until(lambda: http.get("/v1/models", headers=ALPHA).status_code == 429, timeout=10)
+
+            server.stop()                                     # away: connection refused
+            assert http.get("/v1/models", headers=ALPHA).status_code == 200
+            assert fail_open(c, "error") == 2
+    outages = [r for r in caplog.records if r.getMessage().startswith("rate limit store unavailable")]
+    recoveries = [r for r in caplog.records if r.getMessage() == "rate limit store answers again"]
+    assert len(outages) == 2 and len(recoveries) == 1        # logged once per outage, not per request
+
+
+def test_the_breaker_skips_until_a_single_probe_succeeds():
+    now = [0.0]
+    breaker = CircuitBreaker(open_s=5.0, clock=lambda: now[0])
+    assert breaker.allow() and not breaker.succeeded()
+    assert breaker.failed() and not breaker.failed()          # only the first failure opens it
+    assert not breaker.allow()
+    now[0] = 5.0
+    assert breaker.allow() and not breaker.allow()            # one probe at a time
+    assert not breaker.failed()                               # the probe failed: open for 5 s more
+    now[0] = 9.9
+    assert not breaker.allow()
+    now[0] = 10.0
+    assert breaker.allow() and breaker.succeeded()            # closed again
+    assert breaker.allow() and breaker.allow()
