@@ -46,6 +46,11 @@ class ControllerMetrics:
         self.pd_tpot_p90 = Gauge("mindmotor_controller_pd_tpot_p90_seconds",
                                  "p90 TPOT of the decode side, as the P/D policy last measured it",
                                  ["model", "deployment"], registry=r)
+        self.store_resets = Counter("mindmotor_controller_store_resets",
+                                    "Times the store came back without its data (its epoch changed)", registry=r)
+        self.kept_instances = Gauge("mindmotor_controller_kept_instances",
+                                    "Instances listed from the last good routing table after a store data "
+                                    "loss, not yet re-registered", registry=r)
         self.controller_id = controller_id
         self.set_leader(False)
         for state in states.ALL_STATES:
@@ -61,6 +66,8 @@ class ControllerMetrics:
         for state, count in counts.items():
             self.instances.labels(state).set(count)
         self.routing_version.set(table.version)
+        from_store = {r.instance_id for r in records if r.state in states.LISTED}
+        self.kept_instances.set(sum(1 for i in table.instances if i.instance_id not in from_store))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

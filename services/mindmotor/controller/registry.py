@@ -3,7 +3,9 @@ several controllers (and the leader's sweeps) can update the same record without
 
 Layout under the store prefix: hash `instances` (instance id → record JSON), counter
 `routing:version` (grows on every routing change), channel `routing:changes` (a message per
-routing change, for every controller's Watch streams).
+routing change, for every controller's Watch streams), and hash `store` field `epoch` (a random id
+written once into an empty store: when it changes, the store lost its data — a Redis restarted
+empty or flushed — see `RoutingTableBroadcaster`).
 
 Times in records are wall-clock unix seconds written by whichever controller took the heartbeat
 and compared by the leader, so controllers' clocks must agree (NTP) to well within the suspect
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -28,6 +31,7 @@ log = logging.getLogger("mindmotor.controller")
 INSTANCES = "instances"
 VERSION_KEY = "routing:version"
 CHANGES_CHANNEL = "routing:changes"
+STORE_HASH, EPOCH_FIELD = "store", "epoch"
 MAX_ATTEMPTS = 50
 DELETE = object()   # returned by an update function: remove the record
 
@@ -59,6 +63,16 @@ class Registry:
 
     async def version(self) -> int:
         return int(await self.store.get(VERSION_KEY) or 0)
+
+    async def epoch(self) -> str:
+        """The store's epoch; written (a new random id) if the store has none."""
+        current = await self.store.hget(STORE_HASH, EPOCH_FIELD)
+        if current is None:
+            candidate = uuid.uuid4().hex
+            if await self.store.hcompare_and_set(STORE_HASH, EPOCH_FIELD, None, candidate):
+                return candidate
+            current = await self.store.hget(STORE_HASH, EPOCH_FIELD)
+        return current
 
     # ---- writes -------------------------------------------------------------------------
     async def update(self, instance_id: str, change: Callable[[InstanceRecord], object]

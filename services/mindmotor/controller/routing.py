@@ -2,7 +2,11 @@
 (and the deployments' traffic weights) when any controller announces a routing change (store
 channel `routing:changes`) and every refresh interval (fresher load; and a safety net for a lost
 notification), then handed to every Watch stream. Rebuilds are coalesced: a burst of changes
-yields one table, and a slow watcher skips straight to the newest table."""
+yields one table, and a slow watcher skips straight to the newest table.
+
+A store that comes back without its data (the store's epoch changed) does not empty the table:
+the last good table's instances are kept until they re-register (`LastGoodTable`), and the routing
+version is moved past the last one sent, so versions never go back."""
 
 from __future__ import annotations
 
@@ -16,7 +20,8 @@ from mindmotor.protocol import controller_pb2
 
 from . import states
 from .records import InstanceRecord
-from .registry import CHANGES_CHANNEL, Registry
+from .last_good import LastGoodTable
+from .registry import CHANGES_CHANNEL, VERSION_KEY, Registry
 from .traffic import TrafficTable
 
 log = logging.getLogger("mindmotor.controller")
@@ -48,8 +53,14 @@ class RoutingTableBroadcaster:
     def __init__(self, registry: Registry, controller_id: str, is_leader: Callable[[], bool],
                  refresh_interval_s: float,
                  on_rebuild: Callable[[controller_pb2.RoutingTable, list[InstanceRecord]], None] | None = None,
-                 traffic: TrafficTable | None = None):
+                 traffic: TrafficTable | None = None, keep_last_good_s: float | None = None,
+                 on_store_reset: Callable[[], None] | None = None):
         self.registry = registry
+        self.keep_last_good_s = 5 * refresh_interval_s if keep_last_good_s is None else keep_last_good_s
+        self.on_store_reset = on_store_reset
+        self._epoch: str | None = None
+        self.last_good: LastGoodTable | None = None      # set while the store recovers from a data loss
+        self.store_resets = 0
         self.traffic = traffic
         self.controller_id = controller_id
         self.is_leader = is_leader
@@ -83,10 +94,19 @@ class RoutingTableBroadcaster:
             await changed.wait()
 
     async def rebuild(self) -> None:
+        epoch = await self.registry.epoch()
+        if self._epoch is not None and epoch != self._epoch:
+            await self._store_lost_its_data()
+        self._epoch = epoch
         records = await self.registry.list()
         version = await self.registry.version()
         splits = await self.traffic.list() if self.traffic else []
         table = build_table(records, version, self.controller_id, self.is_leader(), splits)
+        if self.last_good is not None:
+            self.last_good.merge(table, time.monotonic())
+            if self.last_good.done:
+                self.last_good = None
+                log.info("routing table rebuilt from the store again", extra={"instances": len(table.instances)})
         if self.on_rebuild:
             self.on_rebuild(table, records)
         content = table.SerializeToString(deterministic=True)
@@ -96,6 +116,19 @@ class RoutingTableBroadcaster:
         self._content, self.table = content, table
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
+
+    async def _store_lost_its_data(self) -> None:
+        self.store_resets += 1
+        if self.on_store_reset:
+            self.on_store_reset()
+        if self.table.instances:
+            self.last_good = LastGoodTable(self.table, time.monotonic(), self.keep_last_good_s)
+        behind = self.table.version - await self.registry.version()
+        if behind >= 0:
+            await self.registry.store.incr(VERSION_KEY, behind + 1)
+        log.warning("the store lost its data (its epoch changed): keeping the last routing table until its "
+                    "instances re-register", extra={"instances": len(self.table.instances),
+                                                    "keep_s": self.keep_last_good_s, "version": self.table.version})
 
     async def _run(self) -> None:
         while True:

@@ -54,7 +54,9 @@ class ControllerServer:
                                      on_change=self._leadership_changed)
         self.broadcaster = RoutingTableBroadcaster(self.registry, config.controller_id,
                                                    lambda: self.elector.is_leader, config.heartbeat_interval_s,
-                                                   on_rebuild=self.metrics.on_rebuild, traffic=self.traffic)
+                                                   on_rebuild=self.metrics.on_rebuild, traffic=self.traffic,
+                                                   keep_last_good_s=config.dead_after_s,
+                                                   on_store_reset=self.metrics.store_resets.inc)
         self.sweeper = HealthSweeper(self.registry, self.elector, config,
                                      on_transition=lambda _id, _old, new: self.metrics.transitions.labels(new).inc(),
                                      pd=PDAutoscaler(self.registry, config, self.metrics))
