@@ -121,7 +121,7 @@ class InProcessCoordinator:
         self.port = sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self.base_url = self.url + "/v1"
-        self.server = make_server(self.app)
+        self.server = make_server(self.app, settings=self.settings)
         self._error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, args=(sock,), daemon=True, name="coordinator")
         self.thread.start()

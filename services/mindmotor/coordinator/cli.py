@@ -49,6 +49,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--max-requests", type=int, default=None, help="outstanding requests per model (default: 10000)")
     add("--max-retry", type=int, default=None, help="resubmissions after worker failures (default: 5)")
     add("--max-body-bytes", type=int, default=None, help="request body limit (default: 1 MiB)")
+    add("--http-header-timeout", type=float, default=None, metavar="S",
+        help="seconds a client has to send the request line and headers (default: 10)")
+    add("--http-body-timeout", type=float, default=None, metavar="S",
+        help="seconds a client has to send the body after the headers (default: 60)")
+    add("--http-keep-alive", type=float, default=None, metavar="S", help="idle keep-alive timeout (default: 30)")
+    add("--http-max-connections", type=int, default=None, metavar="N",
+        help="open HTTP connections; beyond, 503 + Retry-After; 0: no limit (default: 4096)")
     add("--log-level", default=None, help="(default: INFO)")
 
 
@@ -68,6 +75,8 @@ def settings_from_args(args: argparse.Namespace):
         api_keys=args.api_key, rate_limit_rpm=args.rate_limit_rpm, redis_url=args.redis_url,
         max_requests=args.max_requests, max_retry=args.max_retry, max_body_bytes=args.max_body_bytes,
         log_level=args.log_level, controllers=args.controller,
+        http_header_timeout_s=args.http_header_timeout, http_body_timeout_s=args.http_body_timeout,
+        http_keep_alive_s=args.http_keep_alive, http_max_connections=args.http_max_connections,
         workers=[WorkerEntry.parse(w) for w in args.worker] if args.worker else None)
     return load_settings(args.config, **overrides)
 

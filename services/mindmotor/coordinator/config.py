@@ -102,6 +102,14 @@ class CoordinatorSettings(BaseSettings):
     prefill_timeout_s: float = Field(60.0, gt=0)     # P/D split: longest Prefill call before falling back
     retry_after_s: int = Field(1, ge=0)              # the Retry-After of a full queue
 
+    # HTTP connections (coordinator/http_protocol.py)
+    http_header_timeout_s: float = Field(10.0, gt=0)  # request line + headers complete within this (else 408)
+    http_body_timeout_s: float = Field(60.0, gt=0)   # the body complete within this after the headers (else 408)
+    http_keep_alive_s: float = Field(30.0, gt=0)     # an idle kept-alive connection is closed after this
+    http_max_connections: int = Field(4096, ge=0)    # open connections; beyond: 503 + Retry-After; 0: no limit
+    http_max_header_bytes: int = Field(65536, ge=1024)  # request line + headers (else 400)
+    http_backlog: int = Field(2048, ge=1)            # the listen backlog
+
     # auth and rate limit
     api_keys: Annotated[list[str], NoDecode] = []
     rate_limit_rpm: float = Field(0.0, ge=0)         # requests per minute per key; 0: unlimited

@@ -42,6 +42,8 @@ class CoordinatorMetrics:
         self.rate_limit_fail_open = Counter(p + "rate_limit_fail_open_total", "requests let through unlimited "
                                             "because the rate limit store failed (error) or was being skipped "
                                             "after a failure (skipped)", ["reason"], registry=r)
+        self.http_refused = Counter(p + "http_refused_total", "connections cut off: header_timeout, "
+                                    "body_timeout (408) or too_many_connections (503)", ["reason"], registry=r)
         self.instances = Gauge(p + "routable_instances", "routable instances per model", ["model"], registry=r)
         self.model_discovery = Counter(p + "model_discovery_total", "ModelInfo outcomes of model discovery: "
                                        "discovered, matched, version_tokenizer, conflict, local_differs, failed, "

@@ -14,6 +14,7 @@ import uvicorn
 
 from .app import create_app
 from .config import CoordinatorSettings, ready_line
+from .http_protocol import HTTPLimits, limited_h11
 
 GRACEFUL_S = 30
 
@@ -39,9 +40,19 @@ class _Server(uvicorn.Server):
         yield
 
 
-def make_server(app, log_level: str = "warning") -> uvicorn.Server:
+def make_server(app, log_level: str = "warning", settings: CoordinatorSettings | None = None) -> uvicorn.Server:
+    """uvicorn with the coordinator's HTTP limits (`settings`; None: the defaults): keep-alive,
+    header and body deadlines, header size, connection limit, listen backlog."""
+    s = settings or CoordinatorSettings.model_construct()
+    limits = HTTPLimits(header_timeout_s=s.http_header_timeout_s, body_timeout_s=s.http_body_timeout_s,
+                        max_connections=s.http_max_connections)
+    metrics = getattr(getattr(app, "state", None), "coordinator", None)
+    metrics = getattr(metrics, "metrics", None)
+    on_refused = (lambda reason: metrics.http_refused.labels(reason).inc()) if metrics is not None else None
     config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on", log_level=log_level.lower(),
-                            timeout_graceful_shutdown=GRACEFUL_S, timeout_keep_alive=30)
+                            timeout_graceful_shutdown=GRACEFUL_S, timeout_keep_alive=s.http_keep_alive_s,
+                            h11_max_incomplete_event_size=s.http_max_header_bytes, backlog=s.http_backlog,
+                            http=limited_h11(limits, on_refused))
     return _Server(config)
 
 
@@ -55,7 +66,7 @@ def _on_signal(server: uvicorn.Server) -> None:
 async def serve(settings: CoordinatorSettings) -> int:
     sock = bind_socket(settings.host, settings.port)
     port = sock.getsockname()[1]
-    server = make_server(create_app(settings), settings.log_level)
+    server = make_server(create_app(settings), settings.log_level, settings)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, _on_signal, server)

@@ -1,0 +1,125 @@
+"""`limited_h11(limits)`: uvicorn's h11 protocol with the limits uvicorn does not have.
+
+uvicorn closes idle keep-alive connections (`timeout_keep_alive`), caps a header block's size
+(`h11_max_incomplete_event_size`) and sets the listen backlog, but a client that opens a
+connection and sends its headers (or its body) a byte at a time holds the connection for as long
+as it likes, and there is no cap on open connections that answers in the API's error shape. This
+protocol adds, per connection:
+
+- a header deadline: the request line and headers must be complete `header_timeout_s` after the
+  connection opened, or after the first byte of a following request on a kept-alive connection;
+- a body deadline: the body must be complete `body_timeout_s` after its headers;
+  either one missed → `408` (OpenAI error JSON, `code: request_timeout`) and the connection closed;
+- a connection limit: beyond `max_connections` open connections, a new one gets `503` with
+  `Retry-After` (`code: too_many_connections`) once its request line and headers are in, then is
+  closed.
+
+Once a request is complete nothing is timed here: generating the response (a long stream) takes
+what it takes; after it, uvicorn's keep-alive timeout applies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass
+from typing import Callable
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+log = logging.getLogger("mindmotor.coordinator")
+
+
+@dataclass(frozen=True)
+class HTTPLimits:
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 60.0
+    max_connections: int = 0          # 0: no limit
+
+
+def _error_response(status: int, reason: str, message: str, type_: str, code: str,
+                    extra_headers: tuple[tuple[str, str], ...] = ()) -> bytes:
+    body = json.dumps({"error": {"message": message, "type": type_, "param": None, "code": code}}).encode()
+    head = [f"HTTP/1.1 {status} {reason}", "content-type: application/json", f"content-length: {len(body)}",
+            "connection: close", *(f"{k}: {v}" for k, v in extra_headers)]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+def limited_h11(limits: HTTPLimits, on_refused: Callable[[str], None] | None = None) -> type[H11Protocol]:
+    """The protocol class to give uvicorn (`uvicorn.Config(http=...)`). `on_refused(reason)` is
+    called for every connection cut off: "header_timeout", "body_timeout" or "too_many_connections"."""
+
+    class LimitedH11Protocol(H11Protocol):
+        def connection_made(self, transport: asyncio.Transport) -> None:
+            super().connection_made(transport)
+            self._deadline: asyncio.TimerHandle | None = None
+            self._phase: str | None = None
+            self._over_limit = bool(limits.max_connections) and len(self.connections) > limits.max_connections
+            self._follow()
+
+        def data_received(self, data: bytes) -> None:
+            if self._over_limit:
+                self._refuse_when_headers_are_in(data)
+                return
+            super().data_received(data)
+            self._follow()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._set_deadline(None)
+            super().connection_lost(exc)
+
+        # ---- deadlines ----------------------------------------------------------------------
+        def _follow(self) -> None:
+            """Time the part of the request being read now (nothing once it is complete)."""
+            if self.transport.is_closing():
+                return
+            state = self.conn.their_state
+            self._set_deadline("headers" if state is h11.IDLE else "body" if state is h11.SEND_BODY else None)
+
+        def _set_deadline(self, phase: str | None) -> None:
+            if phase == self._phase:
+                return
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+            self._phase = phase
+            if phase is not None:
+                timeout = limits.header_timeout_s if phase == "headers" else limits.body_timeout_s
+                self._deadline = self.loop.call_later(timeout, self._expired, phase, timeout)
+
+        def _expired(self, phase: str, timeout: float) -> None:
+            self._deadline = None
+            if self.transport.is_closing():
+                return
+            log.warning("HTTP client too slow; connection closed", extra={
+                "phase": phase, "timeout_s": timeout, "client": "%s:%d" % self.client if self.client else None})
+            if on_refused is not None:
+                on_refused(f"{phase.rstrip('s')}_timeout")
+            if self.cycle is None or not self.cycle.response_started:
+                self.transport.write(_error_response(
+                    408, "Request Timeout", f"the request's {phase} did not arrive within {timeout:g} s",
+                    "invalid_request_error", "request_timeout"))
+            self.transport.close()
+
+        # ---- the connection limit -----------------------------------------------------------
+        def _refuse_when_headers_are_in(self, data: bytes) -> None:
+            self.conn.receive_data(data)
+            try:
+                event = self.conn.next_event()
+            except h11.RemoteProtocolError:
+                self.transport.close()
+                return
+            if event is h11.NEED_DATA:
+                return                                  # the header deadline still runs
+            self._set_deadline(None)
+            if on_refused is not None:
+                on_refused("too_many_connections")
+            log.warning("too many HTTP connections; one refused", extra={"max_connections": limits.max_connections})
+            self.transport.write(_error_response(
+                503, "Service Unavailable", f"the coordinator has {limits.max_connections} open connections, "
+                "its limit; retry later", "server_error", "too_many_connections", (("retry-after", "1"),)))
+            self.transport.close()
+
+    return LimitedH11Protocol
