@@ -61,3 +61,47 @@ def test_the_breaker_skips_until_a_single_probe_succeeds():
     now[0] = 10.0
     assert breaker.allow() and breaker.succeeded()            # closed again
     assert breaker.allow() and breaker.allow()
+
+
+def test_a_controller_redis_restarted_empty_causes_no_503(make_coordinator, tiny_ckpt, model_name, tmp_path):
+    """Real workers registered with a controller on a redis-server of its own; the coordinator
+    watches the controller. Redis restarts without its data while requests flow: every request is
+    answered, the workers re-register."""
+    from .processes import ControllerProcess, start_workers
+
+    with RedisServer() as server:
+        ctrl = ControllerProcess(tmp_path / "controller.log", "--redis-url", server.url, "--heartbeat-interval", "0.2",
+                                 "--suspect-misses", "3", "--dead-after", "1.5")
+        workers = []
+        try:
+            workers = start_workers(tiny_ckpt, tmp_path, 2, "--timing", "virtual", "--controller", ctrl.address)
+            c = make_coordinator(controllers=[ctrl.address])
+            wait_until(lambda: sum(v.healthy for v in c.coordinator.table.all()) == 2, timeout=15)
+            admin = "http://127.0.0.1:" + ctrl.child.ready["admin_port"]
+
+            def stored() -> set[str]:
+                try:
+                    return {r["instance_id"] for r in httpx.get(admin + "/v1/instances", timeout=5).json()["data"]
+                            if r["state"] == "ready"}
+                except (httpx.HTTPError, ValueError, KeyError):
+                    return set()
+
+            ids = stored()
+            assert len(ids) == 2
+            codes: list[int] = []
+            body = {"model": model_name, "prompt": "hello", "max_tokens": 2}
+            with httpx.Client(base_url=c.url, timeout=30) as http:
+                def send() -> None:
+                    codes.append(http.post("/v1/completions", json=body).status_code)
+
+                for _ in range(5):
+                    send()
+                server.restart()                              # every key gone
+                wait_until(lambda: send() or stored() == ids, timeout=20, what="both workers re-registered")
+                for _ in range(5):
+                    send()
+            assert len(codes) > 10 and set(codes) == {200}, codes
+        finally:
+            for w in workers:
+                w.stop()
+            ctrl.stop()
