@@ -6,6 +6,7 @@ once; when Redis answers again the limit applies again."""
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 
 import httpx
@@ -89,6 +90,15 @@ def test_a_controller_redis_restarted_empty_causes_no_503(make_coordinator, tiny
             ids = stored()
             assert len(ids) == 2
             codes: list[int] = []
+            healthy: list[int] = []                           # the coordinator's routable count, sampled
+            watching = threading.Event()
+
+            def watch() -> None:
+                while not watching.wait(0.002):
+                    healthy.append(sum(v.healthy for v in c.coordinator.table.all()))
+
+            watcher = threading.Thread(target=watch, daemon=True)
+            watcher.start()
             body = {"model": model_name, "prompt": "hello", "max_tokens": 2}
             with httpx.Client(base_url=c.url, timeout=30) as http:
                 def send() -> None:
@@ -100,7 +110,10 @@ def test_a_controller_redis_restarted_empty_causes_no_503(make_coordinator, tiny
                 wait_until(lambda: send() or stored() == ids, timeout=20, what="both workers re-registered")
                 for _ in range(5):
                     send()
+            watching.set()
+            watcher.join()
             assert len(codes) > 10 and set(codes) == {200}, codes
+            assert min(healthy) == 2, sorted(set(healthy))    # not even a moment without both workers
         finally:
             for w in workers:
                 w.stop()
