@@ -156,7 +156,7 @@ async def test_the_redis_timeout_setting_is_checked(monkeypatch):
     from mindmotor.common.store import DEFAULT_TIMEOUT_S, redis_timeout_s
 
     monkeypatch.delenv("MINDMOTOR_REDIS_TIMEOUT_S", raising=False)
-    assert redis_timeout_s() == DEFAULT_TIMEOUT_S == 1.0
+    assert redis_timeout_s() == DEFAULT_TIMEOUT_S == 2.0
     for bad in ("soon", "0", "-1"):
         monkeypatch.setenv("MINDMOTOR_REDIS_TIMEOUT_S", bad)
         with pytest.raises(ValueError, match="MINDMOTOR_REDIS_TIMEOUT_S"):

@@ -28,8 +28,8 @@ def limited(virtual_workers, tiny_ckpt, tmp_path_factory):
 
 
 def connect(c) -> socket.socket:
-    s = socket.create_connection(("127.0.0.1", c.port), timeout=15)    # only a backstop: never reached
-    return s
+    """A raw connection; its 15 s timeout is only a backstop (the deadlines under test are shorter)."""
+    return socket.create_connection(("127.0.0.1", c.port), timeout=15)
 
 
 def read_to_close(s: socket.socket) -> bytes:

@@ -32,7 +32,7 @@ from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
 
 DEFAULT_PREFIX = "mindmotor:"
-DEFAULT_TIMEOUT_S = 1.0
+DEFAULT_TIMEOUT_S = 2.0
 TIMEOUT_ENV = "MINDMOTOR_REDIS_TIMEOUT_S"
 
 

@@ -116,7 +116,7 @@ class CoordinatorSettings(BaseSettings):
     rate_limit_burst: int | None = Field(None, ge=1)  # bucket size (default: one minute's worth)
     redis_url: str | None = None                     # shared rate limit across coordinators
     redis_prefix: str = "mindmotor:coordinator:ratelimit:"
-    rate_limit_redis_timeout_s: float = Field(0.25, gt=0)  # each rate limit call to Redis (connect included)
+    rate_limit_redis_timeout_s: float = Field(0.5, gt=0)  # each rate limit call to Redis (connect included)
     rate_limit_redis_skip_s: float = Field(5.0, ge=0)  # after a failed call Redis is skipped this long (fail open)
 
     @field_validator("workers", mode="before")

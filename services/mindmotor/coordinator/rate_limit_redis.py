@@ -46,7 +46,7 @@ return {allowed, tostring(retry)}
 
 class RedisRateLimiter:
     def __init__(self, url: str, rpm: float, burst: int | None = None, prefix: str = "mindmotor:ratelimit:",
-                 timeout_s: float = 0.25, open_s: float = 5.0,
+                 timeout_s: float = 0.5, open_s: float = 5.0,
                  on_fail_open: Callable[[str], None] | None = None):
         import redis.asyncio as redis
 
