@@ -63,6 +63,11 @@ def test_the_breaker_skips_until_a_single_probe_succeeds():
     now[0] = 10.0
     assert breaker.allow() and breaker.succeeded()            # closed again
     assert breaker.allow() and breaker.allow()
+    breaker.failed()                                          # a probe whose caller never reports back ...
+    now[0] = 15.0
+    assert breaker.allow() and not breaker.allow()
+    now[0] = 20.0
+    assert breaker.allow()                                    # ... is replaced after open_s
 
 
 def test_a_controller_redis_restarted_empty_causes_no_503(make_coordinator, tiny_ckpt, model_name, tmp_path):

@@ -47,3 +47,12 @@ def test_a_missing_model_fails_with_exit_1_and_a_json_error(tmp_path):
     assert "MINDMOTOR_WORKER_READY" not in done.stdout
     (entry,) = [json.loads(line) for line in done.stderr.splitlines() if '"worker failed"' in line]
     assert "does not exist" in entry["error"]
+
+
+def test_the_kv_host_budget_flag_takes_sizes_and_refuses_nonsense(capsys):
+    args = build_parser().parse_args(["worker", "--kv-host-budget", "512MiB"])
+    assert config_from_args(args).engine.kv_host_budget_bytes == 512 * 2**20
+    assert config_from_args(build_parser().parse_args(["worker"])).engine.kv_host_budget_bytes is None
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["worker", "--kv-host-budget", "lots"])
+    assert "not a size: 'lots'" in capsys.readouterr().err

@@ -16,6 +16,9 @@ protocol adds, per connection:
 
 Once a request is complete nothing is timed here: generating the response (a long stream) takes
 what it takes; after it, uvicorn's keep-alive timeout applies.
+
+It subclasses uvicorn's `H11Protocol` and reads its connection state (`conn`, `cycle`,
+`connections`), so a uvicorn upgrade is checked by `tests/coordinator/test_http_limits.py`.
 """
 
 from __future__ import annotations

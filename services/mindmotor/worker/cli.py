@@ -72,7 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     eng.add_argument("--max-num-seqs", type=int, default=256, help="(default: %(default)s)")
     eng.add_argument("--max-num-batched-tokens", type=int, default=8192, help="(default: %(default)s)")
     eng.add_argument("--max-model-len", type=int, default=None, help="(default: the model's context)")
-    eng.add_argument("--kv-host-budget", default=None, metavar="SIZE",
+    eng.add_argument("--kv-host-budget", type=_size, default=None, metavar="SIZE",
                      help="host memory for KV arrays, e.g. 2GiB, 512MiB or 25%% (of the machine's); past it "
                           "cached prefix blocks are evicted; it must hold one --max-model-len sequence "
                           "(default: 10%% of the machine's memory)")
@@ -81,10 +81,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     eng.add_argument("--seed", type=int, default=0, help="for requests without a seed (default: 0)")
 
 
+def _size(text: str) -> int:
+    """`--kv-host-budget`: a size in bytes ("2GiB", "25%", ...)."""
+    from mindmotor.engine.host_memory import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def config_from_args(args: argparse.Namespace):
     """ValueError for inconsistent values."""
     from mindmotor.engine.config import EngineConfig
-    from mindmotor.engine.host_memory import parse_size
 
     from .config import WorkerConfig, default_worker_id
 
@@ -95,7 +104,7 @@ def config_from_args(args: argparse.Namespace):
         max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=args.max_model_len,
         enable_prefix_caching=not args.no_prefix_caching,
         enable_chunked_prefill=not args.no_chunked_prefill, seed=args.seed, kv_pin_ttl_s=args.kv_pin_timeout,
-        kv_host_budget_bytes=parse_size(args.kv_host_budget) if args.kv_host_budget else None)
+        kv_host_budget_bytes=args.kv_host_budget)
     return WorkerConfig(engine=engine, host=args.host, port=args.port, metrics_port=args.metrics_port,
                         worker_id=args.worker_id or default_worker_id(), drain_timeout_s=args.drain_timeout,
                         controller=args.controller, advertise_address=args.advertise_address,
