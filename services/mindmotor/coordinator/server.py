@@ -46,9 +46,8 @@ def make_server(app, log_level: str = "warning", settings: CoordinatorSettings |
     s = settings or CoordinatorSettings.model_construct()
     limits = HTTPLimits(header_timeout_s=s.http_header_timeout_s, body_timeout_s=s.http_body_timeout_s,
                         max_connections=s.http_max_connections)
-    metrics = getattr(getattr(app, "state", None), "coordinator", None)
-    metrics = getattr(metrics, "metrics", None)
-    on_refused = (lambda reason: metrics.http_refused.labels(reason).inc()) if metrics is not None else None
+    coordinator = getattr(app.state, "coordinator", None)          # create_app's; None: a bare app
+    on_refused = (lambda reason: coordinator.metrics.http_refused.labels(reason).inc()) if coordinator else None
     config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on", log_level=log_level.lower(),
                             timeout_graceful_shutdown=GRACEFUL_S, timeout_keep_alive=s.http_keep_alive_s,
                             h11_max_incomplete_event_size=s.http_max_header_bytes, backlog=s.http_backlog,
