@@ -14,6 +14,11 @@ protocol adds, per connection:
   `Retry-After` (`code: too_many_connections`) once its request line and headers are in, then is
   closed.
 
+A refusal is a lingering close: the response, then the sending side shut (the client reads the
+response and EOF), whatever else the client sends discarded for `LINGER_S`, then the close — an
+immediate close with the client still sending would reset the connection and could destroy the
+response before the client read it.
+
 Once a request is complete nothing is timed here: generating the response (a long stream) takes
 what it takes; after it, uvicorn's keep-alive timeout applies.
 
@@ -33,6 +38,8 @@ import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 log = logging.getLogger("mindmotor.coordinator")
+
+LINGER_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -60,9 +67,12 @@ def limited_h11(limits: HTTPLimits, on_refused: Callable[[str], None] | None = N
             self._deadline: asyncio.TimerHandle | None = None
             self._phase: str | None = None
             self._over_limit = bool(limits.max_connections) and len(self.connections) > limits.max_connections
+            self._refused = False
             self._follow()
 
         def data_received(self, data: bytes) -> None:
+            if self._refused:
+                return                                  # lingering: read and dropped
             if self._over_limit:
                 self._refuse_when_headers_are_in(data)
                 return
@@ -100,11 +110,23 @@ def limited_h11(limits: HTTPLimits, on_refused: Callable[[str], None] | None = N
                 "phase": phase, "timeout_s": timeout, "client": "%s:%d" % self.client if self.client else None})
             if on_refused is not None:
                 on_refused(f"{phase.rstrip('s')}_timeout")
-            if self.cycle is None or not self.cycle.response_started:
-                self.transport.write(_error_response(
-                    408, "Request Timeout", f"the request's {phase} did not arrive within {timeout:g} s",
-                    "invalid_request_error", "request_timeout"))
-            self.transport.close()
+            if self.cycle is not None and self.cycle.response_started:
+                self.transport.close()
+                return
+            self._refuse(_error_response(408, "Request Timeout",
+                                         f"the request's {phase} did not arrive within {timeout:g} s",
+                                         "invalid_request_error", "request_timeout"))
+
+        def _refuse(self, response: bytes) -> None:
+            """Answer, shut the sending side, drop what still comes for LINGER_S, close."""
+            self._set_deadline(None)
+            self._refused = True
+            self.transport.write(response)
+            if self.transport.can_write_eof():
+                self.transport.write_eof()
+                self.loop.call_later(LINGER_S, self.transport.close)
+            else:
+                self.transport.close()
 
         # ---- the connection limit -----------------------------------------------------------
         def _refuse_when_headers_are_in(self, data: bytes) -> None:
@@ -116,13 +138,11 @@ def limited_h11(limits: HTTPLimits, on_refused: Callable[[str], None] | None = N
                 return
             if event is h11.NEED_DATA:
                 return                                  # the header deadline still runs
-            self._set_deadline(None)
             if on_refused is not None:
                 on_refused("too_many_connections")
             log.warning("too many HTTP connections; one refused", extra={"max_connections": limits.max_connections})
-            self.transport.write(_error_response(
+            self._refuse(_error_response(
                 503, "Service Unavailable", f"the coordinator has {limits.max_connections} open connections, "
                 "its limit; retry later", "server_error", "too_many_connections", (("retry-after", "1"),)))
-            self.transport.close()
 
     return LimitedH11Protocol
