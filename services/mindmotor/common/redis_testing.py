@@ -35,9 +35,12 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self, timeout_s: float = 10.0) -> None:
+        from mindmotor.launcher.process import child_command   # killed with this process, even by SIGKILL
+
         self.proc = subprocess.Popen(
-            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--protected-mode", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            child_command([self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                           "--appendonly", "no", "--protected-mode", "no"], signal.SIGKILL),
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout_s
         while not self._answers():
             if self.proc.poll() is not None or time.monotonic() > deadline:
