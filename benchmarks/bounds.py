@@ -10,11 +10,15 @@ can serve a fixed set of requests (all present at t = 0) on one card. For every 
 over steps of max(compute, memory) is at least max(total compute, total memory); the totals are
 fixed by the workload except the weights, which every step reads again, so
 
-    T >= sum over operators of max(C_op, M_op + (S - 1) W_op) + S K tau
+    T >= sum over operators of roofline(C_op, M_op + (S - 1) W_op) + S K
+
+(the roofline is a k-norm, so the sum over steps of each step's roofline is at least the roofline
+of the sums: Minkowski's inequality; the sharp max is the case k = infinity)
 
 with C_op, M_op the compute and memory time of all the work merged into one step (chunking a
 prompt leaves its attention FLOPs unchanged: sum c (p + c/2) = P^2 / 2), W_op the operator's
-per-step fixed memory (its weights), K the kernels of the smallest step and S the fewest steps
+per-step fixed memory (its weights), K the fixed costs (launches, per-layer fixed costs, host
+overhead) of the smallest step and S the fewest steps
 possible: a request needs one step per output token; a step holds at most `max_num_seqs`
 decoding sequences, at most `max_num_batched_tokens` tokens, and decoding sequences whose KV
 contexts sum to at most the pool (so S >= sum of all decode contexts / pool tokens).
@@ -54,10 +58,10 @@ def continuous_time_lower_bound(cost_model: CostModel, lengths: list[tuple[int, 
                     math.ceil(total_tokens / max_num_batched_tokens))
     merged = cost_model.operators(StepShape(prefills=[(p, 0) for p, _ in lengths], decodes=contexts))
     fixed = _fixed_memory_per_step(cost_model)
-    seconds = sum(max(op.compute_s, op.memory_s + (min_steps - 1) * fixed.get(name, 0.0))
+    seconds = sum(op.roofline(op.compute_s, op.memory_s + (min_steps - 1) * fixed.get(name, 0.0))
                   for name, op in merged.items())
     smallest_step = cost_model.operators(StepShape(decodes=[1]))
-    seconds += min_steps * sum(op.kernels for op in smallest_step.values()) * cost_model.kernel_overhead_s
+    seconds += min_steps * sum(op.fixed_s for op in smallest_step.values())
     return TimeBound(seconds=seconds, min_steps=min_steps, output_tokens=sum(o for _, o in lengths))
 
 

@@ -2,12 +2,15 @@ import time
 
 import pytest
 
-from mindmotor.device.cost_model import CostModel, StepShape
+from mindmotor.device.cost_model import OPERATOR_NAMES, CostModel, StepShape, roofline
 from mindmotor.device.profiles import get_profile
 from mindmotor.device.specs import get_device_spec
 
 SPEC = get_device_spec("910B3")
-TAU = 5e-6
+TAU = 5e-6                 # GEMM / KV-write / embedding launch (Ascend defaults, specs.ASCEND_KERNELS)
+ATTN_FIXED = 10.5e-6       # per layer, decode or prefill attention
+EW_TAU = 5e-6              # one fused elementwise kernel (3 per layer on Ascend: AddRmsNorm x2, SwiGLU)
+HOST = 1e-3                # per step
 
 # Llama-2-7B by hand: L=32, hidden 4096, MLP 11008, 32 heads = 32 kv heads of 128, vocab 32000.
 L, H, I, V = 32, 4096, 11008, 32000
@@ -22,8 +25,9 @@ def llama():
 
 def test_decode_batch1_is_memory_bound_weight_read(llama):
     cost = llama.step(StepShape(decodes=[1]))
-    kernels = L * 6 + 2           # per layer 4 GEMMs, attention, KV write; embedding, LM head
-    expected = 2 * PARAMS / (0.6 * 1.6e12) + kernels * TAU
+    kernels = L * 9 + 2           # per layer 4 GEMMs, attention, KV write, 3 elementwise; embedding, LM head
+    fixed = (L * 5 + 2) * TAU + L * ATTN_FIXED + 3 * L * EW_TAU + HOST
+    expected = 2 * PARAMS / (0.6 * 1.6e12) + fixed
     assert not cost.compute_bound
     assert cost.num_kernels == kernels
     assert cost.seconds == pytest.approx(expected, rel=0.03)
@@ -33,9 +37,12 @@ def test_decode_batch1_is_memory_bound_weight_read(llama):
 def test_large_prefill_is_compute_bound(llama):
     tokens = 2048
     cost = llama.step(StepShape(prefills=[(tokens, 0)]))
-    expected = 2 * PARAMS * tokens / (0.7 * 294.9e12)
+    gemms = 2 * PARAMS * tokens / (0.7 * 294.9e12)
+    attention = L * 4 * 32 * 128 * tokens * tokens / 2 / (0.143 * 294.9e12)   # causal FLOPs
+    elementwise = L * 2 * tokens * (8 * H + 3 * I) / (0.6 * 1.6e12)
     assert cost.compute_bound
-    assert cost.seconds == pytest.approx(expected, rel=0.15)
+    assert cost.seconds == pytest.approx(gemms + attention + elementwise, rel=0.05)
+    assert cost.breakdown["attention_prefill"] == pytest.approx(attention + L * ATTN_FIXED, rel=0.01)
 
 
 def test_decode_batching_is_nearly_free_at_small_batch(llama):
@@ -55,7 +62,7 @@ def test_decode_attention_by_hand(llama):
     cost = llama.step(StepShape(decodes=contexts))
     nbytes = 2 * 2 * 32 * 128 * sum(contexts) * L        # 2 b hkv e k per layer
     flops = 4 * 32 * 128 * sum(contexts) * L
-    expected = max(nbytes / (0.6 * 1.6e12), flops / (0.7 * 294.9e12)) + L * TAU
+    expected = max(nbytes / (0.6 * 1.6e12), flops / (0.7 * 294.9e12)) + L * ATTN_FIXED
     assert cost.breakdown["attention_decode"] == pytest.approx(expected)
 
 
@@ -71,10 +78,10 @@ def test_mixed_batch_adds_attention_and_shares_weights(llama):
     assert m.bytes == pytest.approx(p.bytes + d.bytes - shared_weight_bytes)
     assert m.breakdown["attention_prefill"] == pytest.approx(p.breakdown["attention_prefill"])
     assert m.breakdown["attention_decode"] == pytest.approx(d.breakdown["attention_decode"])
-    shared_kernels = L * 5 + 2                  # GEMMs and KV write per layer, embedding, LM head
+    shared_kernels = L * 8 + 2        # GEMMs, KV write, elementwise per layer; embedding, LM head
     assert m.num_kernels == p.num_kernels + d.num_kernels - shared_kernels
     # Time: never less than either part alone, never more than running them separately.
-    assert max(p.seconds, d.seconds) < m.seconds <= p.seconds + d.seconds
+    assert max(p.seconds, d.seconds) < m.seconds <= p.seconds + d.seconds - HOST
 
 
 def test_empty_step_costs_nothing(llama):
@@ -89,7 +96,7 @@ def test_all_reduce_only_with_tensor_parallelism():
     cost = CostModel(SPEC, get_profile("llama3-70b", tp=8)).step(shape)
     n, layers, hidden = 16, 80, 8192
     link = 2 * layers * (2 * 7 / 8 * n * hidden * 2) / (0.7 * 196e9)
-    assert cost.breakdown["all_reduce"] == pytest.approx(link + 2 * layers * TAU)
+    assert cost.breakdown["all_reduce"] == pytest.approx(link + 2 * layers * 20e-6)   # HCCS latency per call
 
 
 def test_kv_transfer_time():
@@ -116,3 +123,41 @@ def test_step_is_fast(llama):
         llama.step(shape)
     per_call = (time.perf_counter() - started) / calls
     assert per_call < 50e-6
+
+
+def test_roofline_is_smooth_near_the_ridge_and_sharp_away_from_it():
+    assert roofline(1.0, 1.0, 1.5) == pytest.approx(2 ** (1 / 1.5))      # at the ridge: 1.59x max
+    assert roofline(1.0, 0.01, 1.5) == pytest.approx(1.0, rel=1e-3)       # far from it: the max
+    assert roofline(1.0, 2.0, None) == 2.0
+    # A k-norm: splitting work over two steps never costs less than doing it at once.
+    assert roofline(0.3, 0.5, 1.5) + roofline(0.7, 0.1, 1.5) >= roofline(1.0, 0.6, 1.5)
+
+
+def test_elementwise_switch_unfused_vllm_vs_fused_mindie():
+    shape = StepShape(decodes=[500] * 64)
+    fused = CostModel(SPEC, get_profile("llama2-7b")).operators(shape)["elementwise"]
+    unfused = CostModel(SPEC, get_profile("llama2-7b"), fused_elementwise=False).operators(shape)["elementwise"]
+    assert (fused.kernels, unfused.kernels) == (3 * L, 5 * L)
+    # vLLM's five: RMSNorm (2h), RoPE on q and k (2 (hq + hkv) e), RMSNorm (2h), SiLU*mul (3I), add (3h)
+    assert unfused.bytes == 2 * 64 * L * (2 * H + 2 * 64 * 128 + 2 * H + 3 * I + 3 * H)
+    assert fused.bytes == 2 * 64 * L * (8 * H + 3 * I)
+    assert unfused.seconds() > fused.seconds()
+
+
+def test_breakdown_names_and_host_overhead(llama):
+    cost = llama.step(StepShape(prefills=[(100, 0)], decodes=[50]))
+    assert set(cost.breakdown) <= set(OPERATOR_NAMES)
+    assert cost.breakdown["host"] == HOST
+    assert CostModel(SPEC, get_profile("llama2-7b"), host_overhead_s=0).step(StepShape(decodes=[1])).seconds \
+        == pytest.approx(llama.step(StepShape(decodes=[1])).seconds - HOST)
+
+
+def test_nvidia_defaults_are_the_vidur_fit():
+    a100 = get_device_spec("A100-80G").kernels
+    assert (a100.gemm_eta_memory, a100.attention_decode_eta_memory) == (0.81, 0.89)
+    assert not a100.fused_elementwise and SPEC.kernels.fused_elementwise
+
+
+def test_bad_efficiency_is_rejected():
+    with pytest.raises(ValueError, match="gemm_eta_memory"):
+        CostModel(SPEC, get_profile("llama2-7b"), eta_memory=1.5)

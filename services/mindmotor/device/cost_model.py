@@ -1,30 +1,38 @@
-"""How long one engine step takes on the emulated card: a roofline per operator, summed.
+"""How long one engine step takes on the emulated card: each operator priced by how its kernels
+behave on that device (`specs.KernelParams`), summed, plus a per-step host overhead.
 
-Every operator gets max(F / (eta_c * peak), B / (eta_m * HBM_BW)); every launched kernel adds
-tau. A step is one forward pass over N tokens: the prefill chunks' new tokens plus one token
-per decode sequence, so a mixed batch shares its GEMMs (weights are read once for all N
-tokens) and adds its prefill and decode attention operators side by side.
+A step is one forward pass over N tokens: the prefill chunks' new tokens plus one token per
+decode sequence, so a mixed batch shares its GEMMs (weights are read once for all N tokens) and
+adds its prefill and decode attention operators side by side.
 
-Per layer, on one device (hq, hkv = heads per device, e = head_dim, b = dtype bytes):
-  qkv_proj, o_proj, mlp_gate_up, mlp_down   GEMMs: F = 2 N W, B = b (W + N (d_in + d_out))
-  attention_prefill  per chunk (c new, p cached): F = 4 hq e c (p + c/2),
-                     B = b (2 hq e c + 2 hkv e (p + c))          (Q in, O out, K/V read)
-  attention_decode   per sequence (context k):   F = 4 hq e k,  B = 2 b hkv e k
+Per layer, on one device (hq, hkv = heads per device, e = head_dim, b = dtype bytes, I = MLP
+columns per device):
+  qkv_proj, o_proj, mlp_gate_up, mlp_down   GEMMs: F = 2 N W, B = b (W + N (d_in + d_out));
+                     tau + (t_c^k + t_m^k)^(1/k), t_c = F / (eta_c peak), t_m = B / (eta_m BW)
+  attention_prefill  per chunk (c new, p cached): F = 4 hq e c (p + c/2) at its own eta (FlashAttention
+                     reaches a small fraction of peak at these lengths), B = b (2 hq e c + 2 hkv e (p + c));
+                     plus a fixed cost per layer
+  attention_decode   per sequence (context k): B = 2 b hkv e k at the KV-streaming eta, F = 4 hq e k;
+                     plus a fixed cost per layer (dominant at batch 1)
+  elementwise        unfused (vLLM): 5 kernels (RMSNorm, RoPE, RMSNorm, SiLU*mul, residual add),
+                     B = b N (2h + 2 (hq + hkv) e + 2h + 3I + 3h); fused (MindIE/ATB): 3 kernels
+                     (AddRmsNorm x2, SwiGLU), B = b N (4h + 4h + 3I)
   kv_cache_write     B = 2 * N * 2 hkv e b                       (read new K/V, scatter to pool)
-  all_reduce         2 per layer when tp > 1: 2 (tp-1)/tp N hidden b over the intra-node link
-Once per step: embedding lookup (B = 2 N hidden b) and the LM head on the sampled rows (one
-per sequence or chunk). RMSNorm, RoPE, SiLU*mul and residual adds are taken as fused into
-the neighbouring kernels.
+  all_reduce         2 per layer when tp > 1: latency + 2 (tp-1)/tp N hidden b over the link
+Once per step: embedding lookup (B = 2 N hidden b), the LM head on the sampled rows (one per
+sequence or chunk; a GEMM) and `host` (scheduling and launch on the host).
 
-Defaults are msmodeling's 910B values: eta_c = 0.7, eta_m = 0.6, tau = 5 us per kernel.
+`OperatorTime.seconds()` is roofline(compute_s, memory_s) + fixed_s: the smooth roofline is a
+k-norm, so for any split of the work over steps the sum of the parts' rooflines is at least the
+roofline of the whole (Minkowski) — what benchmarks/bounds.py relies on.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from mindmotor.device.profiles import ModelProfile
-from mindmotor.device.specs import DeviceSpec
+from mindmotor.device.specs import DeviceSpec, KernelParams
 
 # Assumed link defaults for KV transfer: setup latency (s) and achievable fraction of the link.
 LINK_ALPHA_S = {"intra_node": 20e-6, "inter_node": 50e-6}
@@ -51,18 +59,34 @@ class StepCost:
     compute_bound: bool = False
 
 
-@dataclass(frozen=True)
+def roofline(compute_s: float, memory_s: float, k: float | None) -> float:
+    """max(compute, memory) rounded near the ridge point by a k-norm (None: the sharp max)."""
+    if k is None or compute_s == 0.0 or memory_s == 0.0:
+        return max(compute_s, memory_s)
+    big = max(compute_s, memory_s)
+    return big * ((compute_s / big) ** k + (memory_s / big) ** k) ** (1.0 / k)
+
+
+@dataclass(slots=True)              # not frozen: construction is on every step's hot path
 class OperatorTime:
     """One operator of one step: its time at the achievable compute rate and at the achievable
-    memory (or link) rate; it takes the larger, plus `kernels` launches."""
+    memory (or link) rate, combined by `roofline` with smoothness `k`, plus `fixed_s` (kernel
+    launches, per-layer fixed costs, collective latency, host overhead) for its `kernels`."""
     compute_s: float
     memory_s: float
     kernels: int
     flops: float = 0.0
     bytes: float = 0.0
+    fixed_s: float = 0.0
+    k: float | None = None
 
-    def seconds(self, kernel_overhead_s: float) -> float:
-        return max(self.compute_s, self.memory_s) + self.kernels * kernel_overhead_s
+    def roofline(self, compute_s: float, memory_s: float) -> float:
+        return roofline(compute_s, memory_s, self.k)
+
+    def seconds(self, kernel_overhead_s: float | None = None) -> float:
+        """The operator's time. (`kernel_overhead_s` is accepted for older callers and ignored:
+        every operator carries its own fixed cost.)"""
+        return roofline(self.compute_s, self.memory_s, self.k) + self.fixed_s
 
 
 @dataclass(frozen=True)
@@ -72,20 +96,46 @@ class _Gemm:
     io_per_token: int               # input + output activation elements per token
 
 
+OPERATOR_NAMES = ("qkv_proj", "o_proj", "mlp_gate_up", "mlp_down", "attention_decode",
+                  "attention_prefill", "elementwise", "kv_cache_write", "embedding", "lm_head",
+                  "all_reduce", "host")
+
+
 class CostModel:
-    def __init__(self, spec: DeviceSpec, profile: ModelProfile, eta_compute: float = 0.7,
-                 eta_memory: float = 0.6, kernel_overhead_s: float = 5e-6, dtype: str = "bf16",
-                 eta_link: float = LINK_ETA) -> None:
+    """Prices steps of `profile` on `spec`. `kernels` (default: the spec's) holds the per-class
+    parameters; the keyword overrides replace single ones (eta_compute / eta_memory / 
+    kernel_overhead_s: the GEMMs'; fused_elementwise; host_overhead_s; eta_link)."""
+
+    def __init__(self, spec: DeviceSpec, profile: ModelProfile, eta_compute: float | None = None,
+                 eta_memory: float | None = None, kernel_overhead_s: float | None = None,
+                 dtype: str = "bf16", eta_link: float | None = None,
+                 kernels: KernelParams | None = None, fused_elementwise: bool | None = None,
+                 host_overhead_s: float | None = None) -> None:
         if dtype not in spec.peak_flops:
             raise ValueError(f"unknown dtype {dtype!r}; valid: {', '.join(spec.peak_flops)}")
-        self.spec, self.profile = spec, profile
-        self.eta_compute, self.eta_memory, self.eta_link = eta_compute, eta_memory, eta_link
-        self.kernel_overhead_s = kernel_overhead_s
+        kp = kernels or spec.kernels
+        overrides = {name: value for name, value in (
+            ("gemm_eta_compute", eta_compute), ("gemm_eta_memory", eta_memory),
+            ("gemm_tau_s", kernel_overhead_s), ("link_eta", eta_link),
+            ("fused_elementwise", fused_elementwise), ("host_overhead_s", host_overhead_s))
+            if value is not None}
+        kp = replace(kp, **overrides)
+        for name in ("gemm_eta_compute", "gemm_eta_memory", "attention_decode_eta_memory",
+                     "attention_prefill_eta_compute", "elementwise_eta_memory", "link_eta"):
+            if not 0.0 < getattr(kp, name) <= 1.0:
+                raise ValueError(f"{name} must be in (0, 1], got {getattr(kp, name)}")
+        self.spec, self.profile, self.kernels = spec, profile, kp
+        self.eta_compute, self.eta_memory, self.eta_link = (kp.gemm_eta_compute, kp.gemm_eta_memory,
+                                                            kp.link_eta)
+        self.kernel_overhead_s = kp.gemm_tau_s
         self.dtype = dtype
 
-        # Seconds per FLOP and per HBM byte at the achievable fraction of peak.
-        self._s_per_flop = 1.0 / (eta_compute * spec.peak_flops[dtype])
-        self._s_per_byte = 1.0 / (eta_memory * spec.hbm_bandwidth)
+        peak, bw = spec.peak_flops[dtype], spec.hbm_bandwidth
+        self._s_per_flop = 1.0 / (kp.gemm_eta_compute * peak)
+        self._s_per_byte = 1.0 / (kp.gemm_eta_memory * bw)
+        self._s_per_kv_byte = 1.0 / (kp.attention_decode_eta_memory * bw)
+        self._s_per_attn_flop = 1.0 / (kp.attention_prefill_eta_compute * peak)
+        self._s_per_ew_byte = 1.0 / (kp.elementwise_eta_memory * bw)
 
         p = profile
         h, e, b = p.hidden_size, p.head_dim, p.dtype_bytes
@@ -98,6 +148,11 @@ class CostModel:
             _Gemm("mlp_gate_up", h * 2 * inter, h + 2 * inter),
             _Gemm("mlp_down", inter * h, inter + h),
         )
+        if kp.fused_elementwise:
+            self._ew_kernels, self._ew_elems_per_token = 3, 4 * h + 4 * h + 3 * inter
+        else:
+            self._ew_kernels = 5
+            self._ew_elems_per_token = 2 * h + 2 * (hq + hkv) * e + 2 * h + 3 * inter + 3 * h
         self._attn_flops_per_qk = 4 * hq * e          # x c (p + c/2), or x k for decode
         self._q_o_bytes_per_token = 2 * hq * e * b
         self._kv_bytes_per_token_layer = 2 * hkv * e * b
@@ -106,54 +161,70 @@ class CostModel:
         # Ring all-reduce moves 2 (tp-1)/tp of the buffer through each device's link.
         self._tp = p.tp
         self._allreduce_bytes_per_token = 2 * (p.tp - 1) / p.tp * h * b
-        self._s_per_link_byte = 1.0 / (eta_link * spec.intra_node_bandwidth)
+        self._s_per_link_byte = 1.0 / (kp.link_eta * spec.intra_node_bandwidth)
 
     def step(self, shape: StepShape) -> StepCost:
         ops = self.operators(shape)
         compute_s = sum(op.compute_s for op in ops.values() if op.compute_s > op.memory_s)
         memory_s = sum(op.memory_s for op in ops.values() if op.compute_s <= op.memory_s)
-        kernels = sum(op.kernels for op in ops.values())
-        return StepCost(seconds=compute_s + memory_s + kernels * self.kernel_overhead_s,
+        breakdown = {name: op.seconds() for name, op in ops.items()}
+        return StepCost(seconds=sum(breakdown.values()),
                         flops=sum(op.flops for op in ops.values()),
-                        bytes=sum(op.bytes for op in ops.values()), num_kernels=kernels,
-                        breakdown={name: op.seconds(self.kernel_overhead_s) for name, op in ops.items()},
-                        compute_bound=compute_s > memory_s)
+                        bytes=sum(op.bytes for op in ops.values()),
+                        num_kernels=sum(op.kernels for op in ops.values()),
+                        breakdown=breakdown, compute_bound=compute_s > memory_s)
 
     def operators(self, shape: StepShape) -> dict[str, OperatorTime]:
         """Each operator's compute and memory time for one step (the step costs, per operator,
-        the larger of the two plus its kernels). Empty for an empty step."""
+        `OperatorTime.seconds()`). Empty for an empty step."""
         chunks, contexts = shape.prefills, shape.decodes
         n_prefill = sum(c for c, _ in chunks)
         n = n_prefill + len(contexts)                      # tokens in the forward pass
         if n == 0:
             return {}
+        kp = self.kernels
         sampled = len(chunks) + len(contexts)              # LM-head rows
-        L, b, s_flop, s_byte = self._layers, self._b, self._s_per_flop, self._s_per_byte
+        L, b = self._layers, self._b
+        tau, k = kp.gemm_tau_s, kp.roofline_k
         ops: dict[str, OperatorTime] = {}
 
-        def add(name: str, f: float, by: float, count: int) -> None:
-            ops[name] = OperatorTime(compute_s=f * s_flop, memory_s=by * s_byte, kernels=count,
-                                     flops=f, bytes=by)
+        def gemm(name: str, f: float, by: float, count: int) -> None:
+            ops[name] = OperatorTime(compute_s=f * self._s_per_flop, memory_s=by * self._s_per_byte,
+                                     kernels=count, flops=f, bytes=by, fixed_s=count * tau, k=k)
 
-        add("embedding", 0.0, 2.0 * n * self._hidden * b, 1)
+        def stream(name: str, f: float, by: float, count: int, s_per_byte: float,
+                   s_per_flop: float, fixed_s: float) -> None:
+            ops[name] = OperatorTime(compute_s=f * s_per_flop, memory_s=by * s_per_byte,
+                                     kernels=count, flops=f, bytes=by, fixed_s=fixed_s)
+
         for g in self._gemms:
-            add(g.name, 2.0 * n * g.weights * L, b * (g.weights + n * g.io_per_token) * L, L)
+            gemm(g.name, 2.0 * n * g.weights * L, b * (g.weights + n * g.io_per_token) * L, L)
+        if contexts:
+            k_total = sum(contexts)
+            stream("attention_decode", self._attn_flops_per_qk * k_total * L,
+                   self._kv_bytes_per_token_layer * k_total * L, L, self._s_per_kv_byte,
+                   self._s_per_flop, L * kp.attention_fixed_s)
         if chunks:
             qk = sum(c * (p + c / 2) for c, p in chunks)
             kv_tokens = sum(c + p for c, p in chunks)
-            add("attention_prefill", self._attn_flops_per_qk * qk * L,
-                (self._q_o_bytes_per_token * n_prefill
-                 + self._kv_bytes_per_token_layer * kv_tokens) * L, L)
-        if contexts:
-            k_total = sum(contexts)
-            add("attention_decode", self._attn_flops_per_qk * k_total * L,
-                self._kv_bytes_per_token_layer * k_total * L, L)
-        add("kv_cache_write", 0.0, 2.0 * self._kv_bytes_per_token_layer * n * L, L)
-        add("lm_head", 2.0 * sampled * self._lm_head_weights,
-            b * (self._lm_head_weights + sampled * (self._hidden + self._vocab_per_device)), 1)
+            stream("attention_prefill", self._attn_flops_per_qk * qk * L,
+                   (self._q_o_bytes_per_token * n_prefill
+                    + self._kv_bytes_per_token_layer * kv_tokens) * L, L, self._s_per_kv_byte,
+                   self._s_per_attn_flop, L * kp.attention_fixed_s)
+        stream("elementwise", 0.0, b * n * self._ew_elems_per_token * L, self._ew_kernels * L,
+               self._s_per_ew_byte, 0.0, self._ew_kernels * L * kp.elementwise_tau_s)
+        stream("kv_cache_write", 0.0, 2.0 * self._kv_bytes_per_token_layer * n * L, L,
+               self._s_per_byte, 0.0, L * tau)
+        stream("embedding", 0.0, 2.0 * n * self._hidden * b, 1, self._s_per_byte, 0.0, tau)
+        gemm("lm_head", 2.0 * sampled * self._lm_head_weights,
+             b * (self._lm_head_weights + sampled * (self._hidden + self._vocab_per_device)), 1)
         if self._tp > 1:       # timed on the link, not HBM traffic: counted as memory time, 0 bytes
             link_s = 2 * L * self._allreduce_bytes_per_token * n * self._s_per_link_byte
-            ops["all_reduce"] = OperatorTime(compute_s=0.0, memory_s=link_s, kernels=2 * L)
+            ops["all_reduce"] = OperatorTime(compute_s=0.0, memory_s=link_s, kernels=2 * L,
+                                             fixed_s=2 * L * kp.collective_latency_s)
+        if kp.host_overhead_s > 0:
+            ops["host"] = OperatorTime(compute_s=0.0, memory_s=0.0, kernels=0,
+                                       fixed_s=kp.host_overhead_s)
         return ops
 
     def kv_transfer_seconds(self, num_tokens: int, link: str = "intra_node",

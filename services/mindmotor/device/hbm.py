@@ -2,7 +2,9 @@
 
 Like MindIE (`NPU_MEMORY_FRACTION`) and vLLM (`gpu_memory_utilization`), only a fraction of
 the card's HBM is ours; weights and an activation workspace come first and the rest of that
-budget becomes the paged KV pool, in whole blocks.
+budget becomes the paged KV pool, in whole blocks. MindIE's rule: the HBM already in use when
+the server starts (the runtime's own reservation, `DeviceSpec.hbm_runtime_reserved_bytes`) is
+subtracted too — it is allocated first, as "runtime".
 """
 
 from __future__ import annotations
@@ -110,14 +112,22 @@ def default_workspace_bytes(profile: ModelProfile, max_num_batched_tokens: int) 
 
 def plan_kv_cache(spec: DeviceSpec, profile: ModelProfile, block_size: int = 16,
                   memory_fraction: float = 0.8, workspace_bytes: int | None = None,
-                  max_num_batched_tokens: int = 8192) -> tuple[HBMAllocator, KVPlan]:
-    """Allocate weights, workspace, then every remaining whole KV block."""
+                  max_num_batched_tokens: int = 8192,
+                  runtime_reserved_bytes: int | None = None) -> tuple[HBMAllocator, KVPlan]:
+    """Allocate the runtime's reservation (default: the spec's), weights, workspace, then every
+    remaining whole KV block."""
     if block_size < 1:
         raise ValueError(f"block_size must be >= 1, got {block_size}")
     if workspace_bytes is None:
         workspace_bytes = default_workspace_bytes(profile, max_num_batched_tokens)
 
+    if runtime_reserved_bytes is None:
+        runtime_reserved_bytes = spec.hbm_runtime_reserved_bytes
+
     allocator = HBMAllocator(spec, memory_fraction)
+    if runtime_reserved_bytes:
+        allocator.allocate("runtime", runtime_reserved_bytes,
+                           purpose="the HBM the runtime already uses (MindIE's KV-pool rule)")
     allocator.allocate("weights", profile.weight_bytes,
                        purpose=f"the weights of {profile.name} (tp={profile.tp})")
     allocator.allocate("workspace", workspace_bytes, purpose="the activation workspace")
