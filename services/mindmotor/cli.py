@@ -16,6 +16,8 @@ import sys
 COMMAND_MODULES = [
     "mindmotor.worker.cli",        # worker
     "mindmotor.device.cli",        # npu-smi
+    "mindmotor.device.emulate_cli",  # emulate step
+    "mindmotor.simulator.cli",     # simulate
     "mindmotor.trainer.cli",       # train, trainer, debug compare
     "mindmotor.coordinator.cli",   # coordinator
     "mindmotor.controller.cli",    # controller

@@ -67,7 +67,7 @@ def test_host_kv_memory_follows_tokens_held_not_emulated_capacity(tiny_ckpt):
     for the blocks it hands out."""
     llm = LLM(model=str(tiny_ckpt), device="910B3", emulate="qwen2-7b")
     engine = llm.engine
-    assert engine.block_manager.num_blocks == engine.device.kv_plan.num_blocks > 40_000
+    assert engine.block_manager.num_blocks == engine.device.kv_plan.num_blocks > 35_000   # after MindIE's 3 GB runtime rule
     llm.generate([list(range(1, 200))] * 4, SamplingParams(max_tokens=8, temperature=0, ignore_eos=True))
     assert engine.block_manager.watermark < 64
     assert engine.kv_cache.host_bytes < 8 * 2**20

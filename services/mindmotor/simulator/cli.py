@@ -1,0 +1,130 @@
+"""`mindmotor simulate`: replay a trace against a cluster description in emulated time.
+
+    mindmotor simulate --instances 8 --device 910B3 --model qwen2-7b --duration 3600
+    mindmotor simulate --prefill 2 --decode 6 --routing least_load --slo-ttft 2 --slo-tpot 0.05 --json
+    mindmotor simulate --search --rate 8 --duration 300 --slo-ttft 2 --slo-tpot 0.05 --pd
+
+Nothing heavy is imported until the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from mindmotor.simulator.cluster import ROUTING_POLICIES
+
+    p = subparsers.add_parser("simulate", help="replay a trace on an emulated cluster (no model runs)")
+    p.add_argument("--trace", default=None, help="CSV (Azure trace columns or arrival_s,prompt_tokens,"
+                   "output_tokens); default ../shared/data/azure_llm_conv_2023.csv")
+    p.add_argument("--duration", type=float, default=None, help="seconds of the trace to replay")
+    p.add_argument("--start", type=float, default=0.0, help="trace second to start at")
+    p.add_argument("--rate", type=float, default=None, help="rescale arrivals to this mean req/s")
+    p.add_argument("--limit", type=int, default=None, help="at most this many requests")
+    p.add_argument("--cluster", default=None, help="a JSON cluster description (ClusterSpec fields)")
+    p.add_argument("--instances", type=int, default=None, help="mixed instances (default 1)")
+    p.add_argument("--prefill", type=int, default=None, help="prefill instances (P/D split)")
+    p.add_argument("--decode", type=int, default=None, help="decode instances (P/D split)")
+    p.add_argument("--device", default=None, help="emulated device (default 910B3)")
+    p.add_argument("--model", default=None, help="profile name or config.json (default qwen2-7b)")
+    p.add_argument("--tp", type=int, default=None, help="cards per instance")
+    p.add_argument("--routing", choices=ROUTING_POLICIES, default=None)
+    p.add_argument("--max-num-seqs", type=int, default=None)
+    p.add_argument("--max-num-batched-tokens", type=int, default=None)
+    p.add_argument("--max-model-len", type=int, default=None)
+    p.add_argument("--slo-ttft", type=float, default=None, help="TTFT SLO, seconds")
+    p.add_argument("--slo-tpot", type=float, default=None, help="TPOT SLO, seconds per token")
+    p.add_argument("--search", action="store_true", help="find the fewest cards meeting the SLO")
+    p.add_argument("--target", type=float, default=0.9, help="--search: share of requests within SLO")
+    p.add_argument("--pd", action="store_true", help="--search: also try P:D splits")
+    p.add_argument("--max-instances", type=int, default=32, help="--search: give up above this")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run_simulate)
+
+
+FLAG_FIELDS = {"instances": "mixed", "prefill": "prefill", "decode": "decode", "device": "device",
+               "model": "model", "tp": "tp", "routing": "routing", "max_num_seqs": "max_num_seqs",
+               "max_num_batched_tokens": "max_num_batched_tokens", "max_model_len": "max_model_len"}
+
+
+def build_spec(args: argparse.Namespace):
+    from mindmotor.simulator.cluster import ClusterSpec
+
+    overrides = {f: getattr(args, a) for a, f in FLAG_FIELDS.items() if getattr(args, a) is not None}
+    if (args.prefill or args.decode) and args.instances is None:
+        overrides.setdefault("mixed", 0)
+    if args.cluster:
+        return ClusterSpec.from_file(args.cluster, **overrides)
+    return ClusterSpec(**overrides)
+
+
+def run_simulate(args: argparse.Namespace) -> int:
+    from mindmotor.simulator.report import SLO, summarize
+    from mindmotor.simulator.search import search
+    from mindmotor.simulator.simulator import simulate
+    from mindmotor.simulator.trace import DEFAULT_TRACE, load_trace
+
+    try:
+        spec = build_spec(args)
+        trace = load_trace(args.trace or DEFAULT_TRACE, duration_s=args.duration, start_s=args.start,
+                           rate=args.rate, limit=args.limit)
+        slo = SLO(args.slo_ttft, args.slo_tpot)
+        if args.search:
+            if slo.ttft_s is None and slo.tpot_s is None:
+                raise ValueError("--search needs --slo-ttft and/or --slo-tpot")
+            result = search(spec, trace, slo, args.target, args.max_instances, args.pd)
+        else:
+            result = summarize(simulate(spec, trace), slo)
+    except ValueError as exc:
+        print(f"simulate: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result))
+    elif args.search:
+        print(format_search(result, args))
+    else:
+        print(format_summary(result))
+    return 0 if not args.search or result["found"] else 1
+
+
+def _ms(d: dict) -> str:
+    return "  ".join(f"{k} {v * 1e3:8.1f}" if v is not None else f"{k} -" for k, v in d.items())
+
+
+def format_summary(s: dict) -> str:
+    c = s["cluster"]
+    lines = [
+        f"{c['instances']} instances ({c['roles']['mixed']} mixed, {c['roles']['prefill']} prefill, "
+        f"{c['roles']['decode']} decode) of {c['model']} tp{c['tp']} on {c['device']}, {c['routing']}",
+        f"{s['requests']} requests ({s['clipped_requests']} clipped), {s['output_tokens']} output tokens, "
+        f"{s['emulated_makespan_s']:.1f} s emulated in {s['wall_s']:.1f} s wall",
+        f"throughput {s['throughput_tokens_per_s']:.1f} tok/s, utilization {s['utilization_mean']:.1%}, "
+        f"KV usage mean {s['kv_usage_mean']:.1%} peak {s['kv_usage_peak']:.1%}, preemptions {s['preemptions']}",
+        f"TTFT ms  {_ms(s['ttft_s'])}", f"TPOT ms  {_ms(s['tpot_s'])}",
+        f"ITL ms   {_ms(s['itl_s'])}", f"E2E ms   {_ms(s['e2e_s'])}",
+    ]
+    if s["slo"]["ttft_s"] is not None or s["slo"]["tpot_s"] is not None:
+        lines.append(f"goodput {s['goodput_fraction']:.1%} of requests ({s['goodput_req_per_s']:.2f} req/s) "
+                     f"within TTFT <= {s['slo']['ttft_s']} s, TPOT <= {s['slo']['tpot_s']} s")
+    if s["handoffs"]:
+        lines.append(f"P/D handoffs {s['handoffs']} ({s['local_prefills']} prefilled locally), "
+                     f"KV transfer {s['kv_transfer_s_total']:.2f} s in total")
+    return "\n".join(lines)
+
+
+def format_search(r: dict, args: argparse.Namespace) -> str:
+    lines = [f"{'mixed':>5} {'P':>3} {'D':>3} {'cards':>5} {'goodput':>8} {'TTFT p90 ms':>12} {'TPOT p90 ms':>12}"]
+    for t in r["tried"]:
+        lines.append(f"{t['mixed']:>5} {t['prefill']:>3} {t['decode']:>3} {t['cards']:>5} "
+                     f"{t['goodput_fraction']:>8.1%} {t['ttft_p90_s'] * 1e3:>12.1f} "
+                     f"{(t['tpot_p90_s'] or 0) * 1e3:>12.1f}")
+    if r["found"]:
+        b = r["best"]
+        layout = f"{b['mixed']} mixed" if b["mixed"] else f"P:D {b['prefill']}:{b['decode']}"
+        lines.append(f"fewest cards: {b['cards']} ({layout}), {b['goodput_fraction']:.1%} within SLO")
+    else:
+        lines.append(f"no cluster up to {args.max_instances} instances meets the SLO for {args.target:.0%}")
+    return "\n".join(lines)

@@ -1,0 +1,67 @@
+"""What the simulator runs: instances (roles), the card and model they emulate, routing, limits.
+
+A description is a `ClusterSpec`, built from command-line flags or a JSON file with the same
+field names (`mindmotor simulate --cluster cluster.json`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+ROUTING_POLICIES = ("round_robin", "least_load", "cache_aware", "weighted_round_robin")
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    mixed: int = 1                       # instances serving whole requests
+    prefill: int = 0                     # P/D split: prefill-only instances ...
+    decode: int = 0                      # ... and decode instances
+    device: str = "910B3"
+    model: str = "qwen2-7b"              # profile name or a Hugging Face config.json
+    tp: int = 1                          # cards per instance
+    cards_per_node: int = 8              # KV moves over HCCS within a node, the inter-node link across
+    routing: str = "least_load"
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    max_model_len: int = 16384
+    block_size: int = 16
+    memory_fraction: float = 0.8
+    enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = False  # the traces carry lengths, not contents
+
+    def __post_init__(self) -> None:
+        if self.mixed < 0 or self.prefill < 0 or self.decode < 0:
+            raise ValueError("instance counts must not be negative")
+        if self.instances == 0:
+            raise ValueError("the cluster has no instance")
+        if (self.prefill == 0) != (self.decode == 0) and self.mixed == 0:
+            raise ValueError("a P/D split needs both prefill and decode instances (or mixed ones)")
+        if self.routing not in ROUTING_POLICIES:
+            raise ValueError(f"unknown routing policy {self.routing!r}; valid: {', '.join(ROUTING_POLICIES)}")
+        if self.tp < 1 or self.cards_per_node < self.tp:
+            raise ValueError(f"tp must be in [1, cards_per_node={self.cards_per_node}], got {self.tp}")
+
+    @property
+    def instances(self) -> int:
+        return self.mixed + self.prefill + self.decode
+
+    @property
+    def cards(self) -> int:
+        return self.instances * self.tp
+
+    def roles(self) -> list[str]:
+        return ["prefill"] * self.prefill + ["decode"] * self.decode + ["mixed"] * self.mixed
+
+    @classmethod
+    def from_file(cls, path: str | Path, **overrides) -> "ClusterSpec":
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"cannot read cluster description {path}: {exc}") from exc
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"{path}: unknown fields {sorted(unknown)}; known: {sorted(known)}")
+        return cls(**{**data, **overrides})

@@ -1,0 +1,190 @@
+"""The event loop: trace arrivals routed by the coordinator's real policies to `SimInstance`s,
+each stepping in emulated time; P/D handoffs priced like the workers price them (the decode
+side reserves blocks, pays `CostModel.kv_transfer_seconds` over HCCS within a node or the
+inter-node link across, then decodes; no room means it prefills locally; the prefill side holds
+the KV pinned until the pull is done).
+
+Events happen in time order. A step's scheduling and bookkeeping happen at its start (as in
+`LLMEngine.step`, where postprocessing precedes the device's pacing); its tokens become visible
+at its end; requests arriving meanwhile join at the next step.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+from array import array
+from dataclasses import dataclass, field
+
+from mindmotor.coordinator.instances import InstanceView
+from mindmotor.coordinator.routing import make_policy
+from mindmotor.coordinator.routing.base import RouteRequest
+from mindmotor.coordinator.routing.least_load import LeastLoad
+from mindmotor.device.hf_profile import resolve_profile
+from mindmotor.device.specs import get_device_spec
+from mindmotor.simulator.cluster import ClusterSpec
+from mindmotor.simulator.instance import SimInstance, SimRequest
+from mindmotor.simulator.trace import TraceRequest
+
+ARRIVAL, STEP_END, KV_ARRIVE = 0, 1, 2
+
+
+@dataclass
+class SimulationResult:
+    spec: ClusterSpec
+    requests: list[SimRequest]
+    itl_s: array                                  # every inter-token gap
+    instances: list[SimInstance]
+    makespan_s: float
+    wall_s: float
+    clipped: int                                  # requests shortened to fit max_model_len
+    handoffs: int = 0
+    local_prefills: int = 0                       # handoffs whose decode side had no room
+    kv_transfer_s: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+
+class _Cluster:
+    def __init__(self, spec: ClusterSpec):
+        self.spec = spec
+        device = get_device_spec(spec.device)
+        profile = resolve_profile(spec.model, spec.tp)
+        per_node = spec.cards_per_node // spec.tp
+        self.instances = [
+            SimInstance(i, role, i // per_node, device, profile, max_num_seqs=spec.max_num_seqs,
+                        max_num_batched_tokens=spec.max_num_batched_tokens,
+                        max_model_len=spec.max_model_len, block_size=spec.block_size,
+                        memory_fraction=spec.memory_fraction,
+                        enable_chunked_prefill=spec.enable_chunked_prefill,
+                        enable_prefix_caching=spec.enable_prefix_caching)
+            for i, role in enumerate(spec.roles())]
+        self.entry = [x for x in self.instances if x.role == "prefill"] or \
+            [x for x in self.instances if x.role == "mixed"]
+        self.decoders = [x for x in self.instances if x.role == "decode"] or \
+            [x for x in self.instances if x.role == "mixed"]
+        self.split = any(x.role == "prefill" for x in self.instances)
+        self.policy = make_policy(spec.routing)
+        self.decode_policy = LeastLoad()
+        self.max_model_len = min(x.max_model_len for x in self.instances)
+
+    def view(self, inst: SimInstance) -> InstanceView:
+        return InstanceView(instance_id=f"sim-{inst.index:04d}", address="", role=inst.role,
+                            block_size=self.spec.block_size, running=len(inst.scheduler.running),
+                            waiting=len(inst.scheduler.waiting), kv_usage=inst.block_manager.usage,
+                            outstanding_tokens=inst.outstanding_tokens, in_flight=inst.in_flight)
+
+    def choose(self, policy, candidates: list[SimInstance], req: SimRequest) -> SimInstance:
+        views = [self.view(x) for x in candidates]
+        route = RouteRequest(prompt_token_ids=[req.index + 2] * req.prompt_tokens,
+                             max_new_tokens=req.output_tokens) if self.spec.routing == "cache_aware" \
+            and policy is self.policy else _LengthOnly(req.prompt_tokens, req.output_tokens)
+        chosen = policy.choose(views, route)
+        policy.on_routed(chosen, route)
+        return candidates[views.index(chosen)]
+
+
+class _LengthOnly(RouteRequest):
+    """A route request that knows its lengths without materialising the prompt."""
+
+    def __init__(self, prompt_tokens: int, output_tokens: int):
+        super().__init__((), output_tokens)
+        self._prompt_tokens = prompt_tokens
+
+    @property
+    def cost_tokens(self) -> int:
+        return self._prompt_tokens + self.max_new_tokens
+
+
+def simulate(spec: ClusterSpec, trace: list[TraceRequest]) -> SimulationResult:
+    started = time.perf_counter()
+    cluster = _Cluster(spec)
+    limit = cluster.max_model_len
+    requests, clipped = [], 0
+    for i, t in enumerate(trace):
+        prompt = min(t.prompt_tokens, limit - 1)
+        output = min(t.output_tokens, limit - prompt)
+        clipped += (prompt, output) != (t.prompt_tokens, t.output_tokens)
+        requests.append(SimRequest(i, t.arrival_s, prompt, output))
+    events: list = []
+    counter = itertools.count()
+    for req in requests:
+        heapq.heappush(events, (req.arrival_s, next(counter), ARRIVAL, req, None))
+    stepping = [False] * len(cluster.instances)
+    itl = array("d")
+    stats = {"handoffs": 0, "local_prefills": 0, "kv_transfer_s": 0.0}
+    now = 0.0
+
+    def kick(inst: SimInstance) -> None:
+        if stepping[inst.index] or not inst.has_work:
+            return
+        result = inst.step()
+        if result is None:                        # waiting for blocks another holder frees
+            return
+        seconds, produced = result
+        stepping[inst.index] = True
+        heapq.heappush(events, (now + seconds, next(counter), STEP_END, inst, produced))
+
+    def cost(req: SimRequest) -> int:
+        return req.prompt_tokens + req.output_tokens
+
+    while events:
+        now, _, kind, a, b = heapq.heappop(events)
+        if kind == ARRIVAL:
+            req = a
+            inst = cluster.choose(cluster.policy, cluster.entry, req)
+            inst.outstanding_tokens += cost(req)
+            inst.in_flight += 1
+            handoff = cluster.split and req.output_tokens > 1
+            req.handoff = handoff
+            inst.add(req, prefill_only=handoff)
+            kick(inst)
+        elif kind == STEP_END:
+            inst, produced = a, b
+            stepping[inst.index] = False
+            for req in produced.tokens:
+                if req.first_token_s is None:
+                    req.first_token_s = now
+                else:
+                    itl.append(now - req.last_token_s)
+                req.last_token_s = now
+                req.tokens_done += 1
+            for req in produced.finished:
+                req.finished_s = now
+                req.seq = None
+                inst.outstanding_tokens -= cost(req)
+                inst.in_flight -= 1
+            for req in produced.prefilled:
+                inst.outstanding_tokens -= cost(req)
+                inst.in_flight -= 1
+                req.prefill_instance = inst.index
+                dec = cluster.choose(cluster.decode_policy, cluster.decoders, req)
+                dec.outstanding_tokens += cost(req)
+                dec.in_flight += 1
+                stats["handoffs"] += 1
+                if dec.reserve_prefilled(req):
+                    link = "intra_node" if dec.node == inst.node else "inter_node"
+                    seconds = dec.cost_model.kv_transfer_seconds(req.prompt_tokens, link)
+                    stats["kv_transfer_s"] += seconds
+                    heapq.heappush(events, (now + seconds, next(counter), KV_ARRIVE, dec, req))
+                else:
+                    stats["local_prefills"] += 1
+                    inst.release_pinned(str(req.index))
+                    dec.prefill_locally(req)
+                    kick(dec)
+            kick(inst)
+        else:                                      # KV_ARRIVE
+            dec, req = a, b
+            dec.commit_prefilled(req)
+            prefill = cluster.instances[req.prefill_instance]
+            prefill.release_pinned(str(req.index))
+            kick(prefill)
+            kick(dec)
+    unfinished = [r.index for r in requests if r.finished_s is None]
+    if unfinished:
+        raise RuntimeError(f"{len(unfinished)} requests never finished (e.g. {unfinished[:3]}): "
+                           "the cluster deadlocked; a bug in the simulator")
+    makespan = max(r.finished_s for r in requests)
+    return SimulationResult(spec=spec, requests=requests, itl_s=itl, instances=cluster.instances,
+                            makespan_s=makespan, wall_s=time.perf_counter() - started, clipped=clipped,
+                            **stats)

@@ -1,0 +1,65 @@
+"""Traces for the simulator: a CSV of arrival time, prompt length and output length.
+
+Columns: the Azure LLM inference trace's `arrived_at, num_prefill_tokens, num_decode_tokens`
+(../shared/data/azure_llm_conv_2023.csv) or `arrival_s, prompt_tokens, output_tokens`.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+COLUMN_SETS = (("arrived_at", "num_prefill_tokens", "num_decode_tokens"),
+               ("arrival_s", "prompt_tokens", "output_tokens"))
+DEFAULT_TRACE = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "azure_llm_conv_2023.csv"
+
+
+@dataclass(frozen=True)
+class TraceRequest:
+    arrival_s: float
+    prompt_tokens: int
+    output_tokens: int
+
+
+def load_trace(path: str | Path = DEFAULT_TRACE, *, duration_s: float | None = None,
+               start_s: float = 0.0, rate: float | None = None, limit: int | None = None
+               ) -> list[TraceRequest]:
+    """The requests arriving in [start_s, start_s + duration_s) of the trace, re-based to 0.
+    `rate`: scale the inter-arrival times so the slice's mean rate is `rate` requests/s.
+    ValueError (naming the file and row) for a malformed trace."""
+    path = Path(path)
+    try:
+        fh = open(path, newline="", encoding="utf-8")
+    except OSError as exc:
+        raise ValueError(f"cannot read trace {path}: {exc.strerror or exc}") from exc
+    with fh:
+        reader = csv.DictReader(fh)
+        columns = next((c for c in COLUMN_SETS if set(c) <= set(reader.fieldnames or ())), None)
+        if columns is None:
+            raise ValueError(f"{path}: expected columns {' / '.join(', '.join(c) for c in COLUMN_SETS)}")
+        a, p, o = columns
+        rows = []
+        for i, row in enumerate(reader, start=2):
+            try:
+                req = TraceRequest(float(row[a]), int(float(row[p])), int(float(row[o])))
+            except (TypeError, ValueError):
+                raise ValueError(f"{path}:{i}: not a number in {dict(row)}") from None
+            if req.prompt_tokens < 1 or req.output_tokens < 1 or req.arrival_s < 0:
+                raise ValueError(f"{path}:{i}: lengths must be >= 1 and arrival >= 0")
+            rows.append(req)
+    rows.sort(key=lambda r: r.arrival_s)
+    end = float("inf") if duration_s is None else start_s + duration_s
+    rows = [r for r in rows if start_s <= r.arrival_s < end][:limit]
+    if not rows:
+        raise ValueError(f"{path}: no requests in the chosen slice")
+    base = rows[0].arrival_s if start_s == 0.0 else start_s
+    rows = [TraceRequest(r.arrival_s - base, r.prompt_tokens, r.output_tokens) for r in rows]
+    if rate is not None:
+        if rate <= 0:
+            raise ValueError(f"rate must be positive, got {rate}")
+        span = rows[-1].arrival_s
+        if len(rows) > 1 and span > 0:
+            scale = (len(rows) - 1) / rate / span
+            rows = [TraceRequest(r.arrival_s * scale, r.prompt_tokens, r.output_tokens) for r in rows]
+    return rows
