@@ -46,13 +46,15 @@ class StepEvents:
 class SimInstance:
     def __init__(self, index: int, role: str, node: int, spec: DeviceSpec, profile: ModelProfile, *,
                  max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int, block_size: int,
-                 memory_fraction: float, enable_chunked_prefill: bool, enable_prefix_caching: bool):
+                 memory_fraction: float, enable_chunked_prefill: bool, enable_prefix_caching: bool,
+                 num_blocks: int | None = None):
         self.index, self.role, self.node = index, role, node
         self.cost_model = CostModel(spec, profile)
         _, self.kv_plan = plan_kv_cache(spec, profile, block_size=block_size, memory_fraction=memory_fraction,
                                         max_num_batched_tokens=max_num_batched_tokens)
-        self.block_manager = BlockManager(self.kv_plan.num_blocks, block_size, enable_prefix_caching)
-        self.max_model_len = min(max_model_len, self.kv_plan.num_tokens)
+        num_blocks = num_blocks or self.kv_plan.num_blocks
+        self.block_manager = BlockManager(num_blocks, block_size, enable_prefix_caching)
+        self.max_model_len = min(max_model_len, num_blocks * block_size)
         self.scheduler = Scheduler(SchedulerConfig(
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
             max_model_len=self.max_model_len, enable_chunked_prefill=enable_chunked_prefill),

@@ -46,7 +46,7 @@ class SimulationResult:
 
 
 class _Cluster:
-    def __init__(self, spec: ClusterSpec):
+    def __init__(self, spec: ClusterSpec, num_blocks: int | None = None):
         self.spec = spec
         device = get_device_spec(spec.device)
         profile = resolve_profile(spec.model, spec.tp)
@@ -57,7 +57,7 @@ class _Cluster:
                         max_model_len=spec.max_model_len, block_size=spec.block_size,
                         memory_fraction=spec.memory_fraction,
                         enable_chunked_prefill=spec.enable_chunked_prefill,
-                        enable_prefix_caching=spec.enable_prefix_caching)
+                        enable_prefix_caching=spec.enable_prefix_caching, num_blocks=num_blocks)
             for i, role in enumerate(spec.roles())]
         self.entry = [x for x in self.instances if x.role == "prefill"] or \
             [x for x in self.instances if x.role == "mixed"]
@@ -96,9 +96,10 @@ class _LengthOnly(RouteRequest):
         return self._prompt_tokens + self.max_new_tokens
 
 
-def simulate(spec: ClusterSpec, trace: list[TraceRequest]) -> SimulationResult:
+def simulate(spec: ClusterSpec, trace: list[TraceRequest], num_blocks: int | None = None) -> SimulationResult:
+    """Replay `trace` on `spec`'s cluster. `num_blocks` overrides every instance's KV pool (tests)."""
     started = time.perf_counter()
-    cluster = _Cluster(spec)
+    cluster = _Cluster(spec, num_blocks)
     limit = cluster.max_model_len
     requests, clipped = [], 0
     for i, t in enumerate(trace):
