@@ -1,0 +1,109 @@
+"""Does `mindmotor simulate` agree with the realtime platform? The same trace slice through
+(a) real processes — four `mindmotor worker --timing realtime --emulate qwen2-7b` on an emulated
+910B3 behind a `mindmotor coordinator` (least_load), an HTTP streaming client
+(benchmarks/pd_realtime.py's harness) — and (b) the simulator with the same cluster description.
+Compared: p50/p90 TTFT and TPOT (target: within 10%).
+
+The realtime figures include what the simulator leaves out on purpose: HTTP, the coordinator,
+tokenization and the host's own lag (reported; a host-bound run says so — on a loaded 2-core
+machine the host, not the emulated card, can set the pace).
+
+    python benchmarks/sim_vs_realtime.py [--requests 80] [--rate 2] [--kind mixed_chunked]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.common import BenchRequest, log, percentile, random_tokens
+from mindmotor.simulator import ClusterSpec, TraceRequest, load_trace, simulate
+from mindmotor.simulator.report import summarize
+
+MAX_PROMPT, MAX_OUTPUT = 2000, 200           # the host checkpoint's 4,096 positions
+
+
+def trace_slice(n: int, rate: float) -> list[TraceRequest]:
+    rows = load_trace(limit=n, rate=rate)
+    return [TraceRequest(r.arrival_s, min(r.prompt_tokens, MAX_PROMPT), min(r.output_tokens, MAX_OUTPUT))
+            for r in rows]
+
+
+def worker_logged(log_dir: Path, kind: str) -> dict[str, list[float]]:
+    """TTFT and TPOT as the workers log them ("request finished": ttft_s, duration_s from the
+    engine's arrival), without the coordinator, HTTP and the client; the warm-up request (the
+    first to finish) left out."""
+    rows = []
+    for path in sorted(log_dir.glob(f"{kind}-worker-*.log")):
+        for line in path.read_text().splitlines():
+            if '"request finished"' in line:
+                rows.append(json.loads(line))
+    rows.sort(key=lambda r: r["ts"])
+    rows = rows[1:]
+    return {"ttft_s": [r["ttft_s"] for r in rows],
+            "tpot_s": [(r["duration_s"] - r["ttft_s"]) / (r["completion_tokens"] - 1)
+                       for r in rows if r["completion_tokens"] > 1]}
+
+
+def sim_spec(kind: str, chunk_tokens: int) -> ClusterSpec:
+    from benchmarks.pd_realtime import DEVICE, PROFILE
+    if kind == "mixed_chunked":
+        return ClusterSpec(mixed=4, device=DEVICE, model=PROFILE, max_num_batched_tokens=chunk_tokens,
+                           max_model_len=4096, routing="least_load")
+    if kind == "mixed":
+        return ClusterSpec(mixed=4, device=DEVICE, model=PROFILE, max_num_batched_tokens=8192,
+                           enable_chunked_prefill=False, max_model_len=4096, routing="least_load")
+    raise ValueError(f"unknown kind {kind!r}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=80)
+    parser.add_argument("--rate", type=float, default=2.0, help="requests/s (the slice is rescaled)")
+    parser.add_argument("--kind", choices=("mixed_chunked", "mixed"), default="mixed_chunked")
+    parser.add_argument("--chunk-tokens", type=int, default=512)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    from benchmarks import pd_realtime
+
+    trace = trace_slice(args.requests, args.rate)
+    sim = summarize(simulate(sim_spec(args.kind, args.chunk_tokens), trace))
+    rng = np.random.default_rng(args.seed)
+    requests = [BenchRequest(f"r{i}", random_tokens(rng, 512, t.prompt_tokens), t.output_tokens, t.arrival_s)
+                for i, t in enumerate(trace)]
+    model_dir = pd_realtime.host_checkpoint(args.seed)
+    log_dir = Path(tempfile.mkdtemp(prefix="mindmotor-sim-vs-rt-"))
+    log(f"realtime cluster {args.kind}: {len(requests)} requests at {args.rate} req/s; logs in {log_dir}")
+    real = pd_realtime.run_cluster(args.kind, model_dir, requests, log_dir, args.chunk_tokens, args.seed)
+
+    logged = worker_logged(log_dir, args.kind)
+    rows, errors, engine_errors = [], {}, {}
+    for metric in ("ttft", "tpot"):
+        for q in (50, 90):
+            r = percentile(real[f"{metric}_s"], q)
+            w = percentile(logged[f"{metric}_s"], q)
+            s = sim[f"{metric}_s"][f"p{q}"]
+            errors[f"{metric}_p{q}"] = round(s / r - 1, 4)
+            engine_errors[f"{metric}_p{q}"] = round(s / w - 1, 4)
+            rows.append(f"{metric.upper()} p{q:<3} client {r * 1e3:8.1f} ms   worker-logged {w * 1e3:8.1f} ms   "
+                        f"simulated {s * 1e3:8.1f} ms   vs client {(s / r - 1) * 100:+6.1f}%   "
+                        f"vs worker {(s / w - 1) * 100:+6.1f}%")
+    print("\n".join(rows))
+    worst = max(errors, key=lambda k: abs(errors[k]))
+    print(json.dumps({"kind": args.kind, "requests": len(requests), "rate": args.rate,
+                      "max_abs_error": abs(errors[worst]), "worst": worst, "errors": errors,
+                      "max_abs_error_vs_worker_logged": max(abs(v) for v in engine_errors.values()),
+                      "errors_vs_worker_logged": engine_errors,
+                      "realtime_failed": real["failed"], "host_lag_share": real["host_lag_share"],
+                      "host_bound": real["host_bound"], "sim_wall_s": round(sim["wall_s"], 3)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
