@@ -49,3 +49,16 @@ def test_spec_is_immutable():
         spec.hbm_bytes = 1
     with pytest.raises(TypeError):
         spec.peak_flops["bf16"] = 1.0
+
+
+def test_new_ascend_cards_and_kernel_parameters():
+    b2 = get_device_spec("910B2")
+    assert b2.ai_cores == 24 and b2.peak_flops["fp16"] == pytest.approx(24 * 1.8e9 * 8192, rel=1e-3)
+    card = get_device_spec("atlas-800i-a2-64g")
+    assert card.name == "910B4-64G" and card.hbm_bytes == 64 * GiB
+    assert card.peak_flops == get_device_spec("910B4").peak_flops
+    for spec in DEVICE_SPECS.values():
+        k = spec.kernels
+        assert k.source and 0 < k.gemm_eta_memory <= 1 and 0 < k.attention_prefill_eta_compute <= 1
+        assert k.fused_elementwise == (spec.vendor == "Huawei")      # MindIE/ATB fuse, vLLM does not
+        assert spec.hbm_runtime_reserved_bytes > 0

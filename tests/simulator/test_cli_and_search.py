@@ -81,3 +81,13 @@ def test_search_finds_the_fewest_cards_and_is_tighter_with_a_stricter_slo():
     smaller = [t for t in strict["tried"] if t["cards"] < strict["best"]["cards"]]
     assert smaller and all(t["goodput_fraction"] < 0.9 for t in smaller)
     assert layouts(3, pd=True) == [(3, 0, 0), (0, 1, 2), (0, 2, 1)]
+
+
+def test_cluster_descriptions_are_checked():
+    with pytest.raises(ValueError, match="not both"):
+        ClusterSpec(mixed=1, prefill=1, decode=1)
+    with pytest.raises(ValueError, match="needs both"):
+        ClusterSpec(mixed=0, prefill=2)
+    with pytest.raises(ValueError, match="routing"):
+        ClusterSpec(routing="random")
+    assert ClusterSpec(mixed=0, prefill=2, decode=3, tp=2).cards == 10

@@ -23,7 +23,7 @@ def resident_bytes(pid: int) -> int:
 def test_qwen2_7b_capacity_worker_stays_under_1_gib(start_worker):
     worker = start_worker("--timing", "virtual", "--emulate", "qwen2-7b")
     status = worker.stub.Status(pb.StatusRequest(), timeout=10)
-    assert status.load.num_blocks > 40_000                 # the emulated card's KV capacity
+    assert status.load.num_blocks > 35_000                 # the emulated card's KV capacity (38,991 after MindIE's runtime rule)
     prompts = [[(7 * i + j) % 300 + 1 for j in range(200)] for i in range(16)]
     with ThreadPoolExecutor(8) as pool:
         outs = list(pool.map(lambda p: collect(worker.stub.Generate(

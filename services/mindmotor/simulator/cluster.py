@@ -36,8 +36,10 @@ class ClusterSpec:
             raise ValueError("instance counts must not be negative")
         if self.instances == 0:
             raise ValueError("the cluster has no instance")
-        if (self.prefill == 0) != (self.decode == 0) and self.mixed == 0:
-            raise ValueError("a P/D split needs both prefill and decode instances (or mixed ones)")
+        if (self.prefill == 0) != (self.decode == 0):
+            raise ValueError("a P/D split needs both prefill and decode instances")
+        if self.prefill and self.mixed:
+            raise ValueError("a cluster is either mixed instances or a P/D split, not both")
         if self.routing not in ROUTING_POLICIES:
             raise ValueError(f"unknown routing policy {self.routing!r}; valid: {', '.join(ROUTING_POLICIES)}")
         if self.tp < 1 or self.cards_per_node < self.tp:
