@@ -58,3 +58,21 @@ def test_unreadable_and_unknown(tmp_path):
     with pytest.raises(ValueError, match="neither a profile"):
         resolve_profile("no-such-model")
     assert resolve_profile("LLAMA2-7B", tp=2).tp == 2
+
+
+def test_an_engine_emulates_the_model_of_a_config_json(tmp_path):
+    """`--emulate path/to/config.json` (EngineConfig.emulate): the card is sized and priced for it."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from benchmarks.common import benchmark_checkpoint
+    from mindmotor.engine.config import EngineConfig
+    from mindmotor.engine.llm_engine import LLMEngine
+
+    config = write(tmp_path, QWEN2_7B)
+    engine = LLMEngine(EngineConfig(model=benchmark_checkpoint(None, 0), emulate=str(config), tensor_parallel=2))
+    named = LLMEngine(EngineConfig(model=benchmark_checkpoint(None, 0), emulate="qwen2-7b", tensor_parallel=2))
+    assert engine.device.profile.kv_bytes_per_token == named.device.profile.kv_bytes_per_token
+    assert engine.device.kv_plan.num_blocks == named.device.kv_plan.num_blocks
+    with pytest.raises(ValueError, match="neither a profile"):
+        LLMEngine(EngineConfig(model=benchmark_checkpoint(None, 0), emulate="qwen9-1t"))

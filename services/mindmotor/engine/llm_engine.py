@@ -17,7 +17,8 @@ import numpy as np
 
 from mindmotor.common.tokenizer import IncrementalDetokenizer, Tokenizer
 from mindmotor.device.emulated_device import EmulatedDevice
-from mindmotor.device.profiles import ModelProfile, get_profile
+from mindmotor.device.hf_profile import resolve_profile   # a profile name or a config.json
+from mindmotor.device.profiles import ModelProfile
 from mindmotor.model.checkpoint import resolve_model_dir
 from mindmotor.model.config import LlamaConfig
 from mindmotor.model.kv_cache import PagedKVCache
@@ -114,7 +115,7 @@ class LLMEngine:
         self.tokenizer = Tokenizer.from_dir(self.model_dir, extra_eos_ids=mcfg.eos_token_ids)
         self.model_name = Path(self.model_dir).name
 
-        profile = (get_profile(config.emulate, tp=config.tensor_parallel) if config.emulate
+        profile = (resolve_profile(config.emulate, tp=config.tensor_parallel) if config.emulate
                    else served_model_profile(mcfg, self.model_name, config.tensor_parallel))
         self.device = EmulatedDevice(config.device, profile, block_size=config.block_size,
                                      memory_fraction=config.memory_fraction, timing=config.timing,

@@ -62,7 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     eng.add_argument("--model", default=None, help="checkpoint directory (default: the bundled demo model)")
     eng.add_argument("--device", default="910B3", help="emulated device (default: %(default)s)")
     eng.add_argument("--emulate", default=None, metavar="PROFILE",
-                     help="emulated model profile, e.g. qwen2-7b (default: the served model's shape)")
+                     help="emulated model profile, e.g. qwen2-7b, or a Hugging Face config.json "
+                          "(default: the served model's shape)")
     eng.add_argument("--tp", type=int, default=1, help="tensor parallel degree of the profile (default: 1)")
     eng.add_argument("--timing", choices=("realtime", "virtual"), default="realtime",
                      help="realtime: steps take the emulated time; virtual: no waiting (default: %(default)s)")
