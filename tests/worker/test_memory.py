@@ -58,7 +58,7 @@ def test_distinct_long_prompts_keep_the_host_kv_under_the_budget(start_worker):
     assert 0 < metric(worker, "mindmotor_kv_host_bytes") <= budget
     assert metric(worker, "mindmotor_kv_evictions_total") > 0
     assert metric(worker, "mindmotor_kv_host_limited_total") == 0
-    assert metric(worker, "mindmotor_kv_cache_blocks") > 40_000          # admission still sees the card
+    assert metric(worker, "mindmotor_kv_cache_blocks") > 35_000          # admission still sees the card (38,991: MindIE's runtime rule)
 
 
 def test_a_budget_that_cannot_hold_one_sequence_is_a_start_error(tiny_model):
