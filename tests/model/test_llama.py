@@ -115,8 +115,8 @@ def _edit_config(directory, **changes):
 def test_unsupported_architecture_is_named(tmp_path, tiny_ckpt):
     d = tmp_path / "m"
     shutil.copytree(tiny_ckpt, d)
-    _edit_config(d, architectures=["MistralForCausalLM"])
-    with pytest.raises(CheckpointError, match=r"config\.json.*MistralForCausalLM.*not supported"):
+    _edit_config(d, architectures=["FalconForCausalLM"])
+    with pytest.raises(CheckpointError, match=r"config\.json.*FalconForCausalLM.*not supported"):
         LlamaModel.from_pretrained(d)
 
 

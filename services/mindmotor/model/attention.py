@@ -3,6 +3,9 @@
 A step's tokens are laid out flat: first one token for each decoding sequence, then the new tokens
 of each prefill chunk. Decodes are computed together (one gather of their blocks); each prefill chunk
 attends to its cached prefix plus itself, causally.
+
+A sliding window `w` (Mistral, Qwen2/3 sliding layers) limits each query at position i to the keys
+at positions j with i − w < j ≤ i, as transformers' sliding-window mask does.
 """
 
 from __future__ import annotations
@@ -34,16 +37,19 @@ def write_kv(cache: PagedKVCache, layer: int, slots: np.ndarray, k: np.ndarray, 
     cache.v[layer].reshape(flat_shape)[slots] = v
 
 
-def paged_attention(q: np.ndarray, cache: PagedKVCache, layer: int, meta: AttentionMetadata) -> np.ndarray:
-    """q: [num_tokens, n_heads, head_dim] → [num_tokens, n_heads, head_dim]; K/V already written."""
+def paged_attention(q: np.ndarray, cache: PagedKVCache, layer: int, meta: AttentionMetadata,
+                    window: int | None = None) -> np.ndarray:
+    """q: [num_tokens, n_heads, head_dim] → [num_tokens, n_heads, head_dim]; K/V already written.
+    `window`: the sliding window of this layer (None: full causal attention)."""
     out = np.empty_like(q)
     nd = meta.num_decodes
     if nd:
-        out[:nd] = _decode_attention(q[:nd], cache, layer, meta.block_tables[:nd], meta.context_lens[:nd])
+        out[:nd] = _decode_attention(q[:nd], cache, layer, meta.block_tables[:nd], meta.context_lens[:nd],
+                                     window)
     for s in range(nd, meta.num_seqs):
         start, end = meta.query_start_loc[s], meta.query_start_loc[s + 1]
         out[start:end] = _prefill_attention(q[start:end], cache, layer, meta.block_tables[s],
-                                            int(meta.context_lens[s]))
+                                            int(meta.context_lens[s]), window)
     return out
 
 
@@ -55,7 +61,7 @@ def _gather(cache: PagedKVCache, layer: int, block_table: np.ndarray) -> tuple[n
     return k.reshape(shape), v.reshape(shape)
 
 
-def _decode_attention(q, cache, layer, block_tables, context_lens):
+def _decode_attention(q, cache, layer, block_tables, context_lens, window=None):
     num_seqs, n_heads, head_dim = q.shape
     n_kv = cache.num_kv_heads
     max_blocks = -(-int(context_lens.max()) // cache.block_size)
@@ -63,30 +69,40 @@ def _decode_attention(q, cache, layer, block_tables, context_lens):
     qg = q.reshape(num_seqs, n_kv, n_heads // n_kv, head_dim)     # [B, n_kv, group, hd]
     scores = qg @ k.transpose(0, 2, 3, 1)                          # [B, n_kv, group, T]
     scores *= 1.0 / np.sqrt(head_dim)
-    beyond = np.arange(k.shape[1])[None, :] >= context_lens[:, None]      # [B, T]
+    key_pos = np.arange(k.shape[1])[None, :]
+    beyond = key_pos >= context_lens[:, None]                      # [B, T]
+    if window is not None:                                         # the query sits at context_len - 1
+        beyond |= key_pos <= (context_lens[:, None] - 1 - window)
     scores += np.where(beyond, -np.inf, 0.0).astype(scores.dtype)[:, None, None, :]
     probs = _softmax(scores)
     out = probs @ v.transpose(0, 2, 1, 3)                          # [B, n_kv, group, hd]
     return out.reshape(num_seqs, n_heads, head_dim)
 
 
-def _prefill_attention(q, cache, layer, block_table, context_len):
+def _prefill_attention(q, cache, layer, block_table, context_len, window=None):
     num_new, n_heads, head_dim = q.shape
     n_kv = cache.num_kv_heads
+    # With a window only keys from the first query's window on are read (whole blocks from there).
+    first_key = 0 if window is None else max(0, context_len - num_new - window + 1)
+    first_block = first_key // cache.block_size
     num_blocks = -(-context_len // cache.block_size)
-    k, v = _gather(cache, layer, block_table[:num_blocks])
-    k, v = k[:context_len], v[:context_len]                        # [T, n_kv, hd]
-    return causal_attention(q, k, v, n_kv)
+    k, v = _gather(cache, layer, block_table[first_block:num_blocks])
+    skip = first_block * cache.block_size
+    k, v = k[:context_len - skip], v[:context_len - skip]          # [T, n_kv, hd]
+    return causal_attention(q, k, v, n_kv, window)          # the mask only needs relative positions
 
 
 QUERY_TILE = 256  # query rows per tile: keeps the score matrix in cache, and skips masked keys
 
 
-def causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, n_kv: int) -> np.ndarray:
+def causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, n_kv: int,
+                     window: int | None = None) -> np.ndarray:
     """q: [Q, n_heads, hd] are the last Q of the T positions in k, v: [T, n_kv, hd].
+    `window`: keys more than window − 1 positions behind a query are masked.
 
     Per KV head one contiguous matmul, the query heads of its group folded into the rows; queries
-    in tiles, each attending only to the keys up to its last position."""
+    in tiles, each attending only to the keys up to its last position (and, with a window, from
+    its first query's window on)."""
     num_q, n_heads, head_dim = q.shape
     total = k.shape[0]
     group = n_heads // n_kv
@@ -97,15 +113,20 @@ def causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, n_kv: int) -> 
     for start in range(0, num_q, QUERY_TILE):
         end = min(num_q, start + QUERY_TILE)
         n, kv_end = end - start, first + end
+        kv_start = 0 if window is None else max(0, first + start - window + 1)
+        width = kv_end - kv_start
         qg = np.ascontiguousarray(q[start:end].reshape(n, n_kv, group, head_dim).transpose(1, 0, 2, 3))
-        scores = (qg.reshape(n_kv, n * group, head_dim) @ kt[:, :, :kv_end])  # [n_kv, n·group, kv_end]
-        scores = scores.reshape(n_kv, n, group, kv_end)
+        scores = (qg.reshape(n_kv, n * group, head_dim) @ kt[:, :, kv_start:kv_end])  # [n_kv, n·g, width]
+        scores = scores.reshape(n_kv, n, group, width)
         scores *= 1.0 / np.sqrt(head_dim)
-        query_pos = np.arange(first + start, first + end)
-        future = np.arange(kv_end)[None, :] > query_pos[:, None]           # [n, kv_end]
-        scores += np.where(future, -np.inf, 0.0).astype(scores.dtype)[None, :, None, :]
-        probs = _softmax(scores).reshape(n_kv, n * group, kv_end)
-        tile = probs @ vt[:, :kv_end]                                   # [n_kv, n·group, hd]
+        query_pos = np.arange(first + start, first + end)[:, None]
+        key_pos = np.arange(kv_start, kv_end)[None, :]
+        masked = key_pos > query_pos                                    # [n, width]
+        if window is not None:
+            masked |= key_pos <= query_pos - window
+        scores += np.where(masked, -np.inf, 0.0).astype(scores.dtype)[None, :, None, :]
+        probs = _softmax(scores).reshape(n_kv, n * group, width)
+        tile = probs @ vt[:, kv_start:kv_end]                           # [n_kv, n·group, hd]
         out[start:end] = tile.reshape(n_kv, n, group, head_dim).transpose(1, 0, 2, 3).reshape(n, n_heads, head_dim)
     return out
 

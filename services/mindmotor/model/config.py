@@ -1,4 +1,21 @@
-"""`LlamaConfig`: the shape of a Llama-architecture model, read from a Hugging Face `config.json`."""
+"""`LlamaConfig`: the shape and math of a served model, read from a Hugging Face `config.json`.
+
+One decoder family with options covers the supported architectures:
+
+| architecture        | what differs from Llama                                                 |
+|---------------------|-------------------------------------------------------------------------|
+| LlamaForCausalLM    | (Llama 1-3.x; `attention_bias` adds q/k/v/o biases)                     |
+| Qwen2ForCausalLM    | q/k/v biases always; optional sliding window on layers ≥ max_window_layers |
+| Qwen3ForCausalLM    | RMSNorm of q and k per head (q_norm / k_norm); head_dim is its own field |
+| MistralForCausalLM  | sliding-window attention on every layer (`sliding_window`)              |
+
+Both config layouts are read: transformers 5's `rope_parameters` (rope_theta inside) and the older
+top-level `rope_theta` / `rope_scaling`. Every key of the file must be understood: either it changes
+the math and is implemented (`MATH_FIELDS`), or it is on the explicit list of keys that do not change
+a forward pass (`HARMLESS_FIELDS`). Anything else — an unknown key, an unsupported value (a rope type,
+`hidden_act`, `mlp_bias`, quantization, custom code) — is refused with a `CheckpointError` naming the
+field; nothing is ever silently ignored.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +23,53 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
+from .rope import RopeError, RopeSpec
+
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                           "MistralForCausalLM")
+MODEL_TYPES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
+               "Qwen3ForCausalLM": "qwen3", "MistralForCausalLM": "mistral"}
+
+# Keys that never change the forward pass of a served model (metadata, training-only settings,
+# generation defaults and tokenizer ids, output switches). `pretraining_tp` only slices the same
+# matmuls; `attention_dropout` is off at inference.
+HARMLESS_FIELDS = frozenset({
+    "architectures", "model_type", "transformers_version", "torch_dtype", "dtype", "_name_or_path",
+    "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id",
+    "use_cache", "initializer_range", "attention_dropout", "pretraining_tp", "output_attentions",
+    "output_hidden_states", "return_dict", "use_return_dict", "torchscript", "tokenizer_class",
+    "id2label", "label2id", "problem_type", "chunk_size_feed_forward", "is_encoder_decoder",
+    "is_decoder", "add_cross_attention", "tie_encoder_decoder", "prefix", "task_specific_params",
+    "finetuning_task", "cross_attention_hidden_size", "pruned_heads",
+    # generation defaults older transformers wrote into config.json (the engine's sampling
+    # parameters come from each request)
+    "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups",
+    "diversity_penalty", "temperature", "top_k", "top_p", "typical_p", "repetition_penalty",
+    "length_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids",
+    "num_return_sequences", "output_scores", "return_dict_in_generate", "forced_bos_token_id",
+    "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty",
+    "suppress_tokens", "begin_suppress_tokens", "tf_legacy_loss", "use_bfloat16",
+})
+# Keys that change the math, all implemented (per architecture below).
+SHAPE_FIELDS = frozenset({"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                          "num_attention_heads", "num_key_value_heads", "head_dim",
+                          "max_position_embeddings", "rms_norm_eps", "tie_word_embeddings",
+                          "hidden_act", "rope_theta", "rope_scaling", "rope_parameters",
+                          "partial_rotary_factor"})
+ARCH_FIELDS = {
+    "LlamaForCausalLM": frozenset({"attention_bias", "mlp_bias"}),
+    "Qwen2ForCausalLM": frozenset({"use_sliding_window", "sliding_window", "max_window_layers",
+                                   "layer_types"}),
+    "Qwen3ForCausalLM": frozenset({"attention_bias", "use_sliding_window", "sliding_window",
+                                   "max_window_layers", "layer_types"}),
+    "MistralForCausalLM": frozenset({"sliding_window"}),
+}
+MATH_FIELDS = {arch: SHAPE_FIELDS | extra for arch, extra in ARCH_FIELDS.items()}
+LAYER_TYPES = ("full_attention", "sliding_attention")
 
 
 class CheckpointError(ValueError):
-    """A checkpoint that cannot be served; the message names the file (and tensor)."""
+    """A checkpoint that cannot be served; the message names the file (and tensor or field)."""
 
 
 @dataclass(frozen=True)
@@ -25,27 +84,57 @@ class LlamaConfig:
     rms_norm_eps: float = 1e-5
     rope_theta: float = 10000.0
     tie_word_embeddings: bool = False
-    attention_bias: bool = False  # Qwen2: q/k/v projections carry a bias
+    attention_bias: bool = False  # q/k/v projections carry a bias (Qwen2 always)
     head_dim: int | None = None
     architecture: str = "LlamaForCausalLM"
     torch_dtype: str = "float32"
     bos_token_id: int | None = None
     eos_token_id: int | list[int] | None = None
+    rope: RopeSpec | None = None          # None: default RoPE with rope_theta
+    o_bias: bool = False                  # the output projection carries a bias (Llama/Qwen3 attention_bias)
+    qk_norm: bool = False                 # Qwen3: RMSNorm over head_dim of each q and k head
+    sliding_window: int | None = None     # keys a query sees (itself included) on sliding layers
+    layer_types: tuple[str, ...] | None = None  # per layer: full_attention | sliding_attention
     extra: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self):
         if self.head_dim is None:
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
+        if self.rope is None:
+            object.__setattr__(self, "rope", RopeSpec(theta=float(self.rope_theta)))
+        else:
+            object.__setattr__(self, "rope_theta", self.rope.theta)
         if self.num_attention_heads % self.num_key_value_heads:
             raise CheckpointError(
                 f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
                 f"num_key_value_heads ({self.num_key_value_heads})")
+        if self.layer_types is not None:
+            object.__setattr__(self, "layer_types", tuple(self.layer_types))
+            if len(self.layer_types) != self.num_hidden_layers:
+                raise CheckpointError(f"layer_types has {len(self.layer_types)} entries for "
+                                      f"{self.num_hidden_layers} layers")
+        if self.sliding_window is not None and self.sliding_window < 1:
+            raise CheckpointError(f"sliding_window must be >= 1, got {self.sliding_window}")
 
     @property
     def eos_token_ids(self) -> list[int]:
         if self.eos_token_id is None:
             return []
         return list(self.eos_token_id) if isinstance(self.eos_token_id, list) else [self.eos_token_id]
+
+    def layer_window(self, layer: int) -> int | None:
+        """The sliding window of `layer` (None: full causal attention)."""
+        if self.sliding_window is None:
+            return None
+        if self.layer_types is None or self.layer_types[layer] == "sliding_attention":
+            return self.sliding_window
+        return None
+
+    @property
+    def max_window(self) -> int | None:
+        """The sliding window if every layer uses it (then older KV is never read again)."""
+        windows = {self.layer_window(i) for i in range(self.num_hidden_layers)}
+        return windows.pop() if len(windows) == 1 else None
 
     @classmethod
     def from_dict(cls, d: dict, source: str = "config.json") -> "LlamaConfig":
@@ -55,32 +144,56 @@ class LlamaConfig:
             raise CheckpointError(
                 f"{source}: architecture {arch!r} is not supported (supported: "
                 f"{', '.join(SUPPORTED_ARCHITECTURES)})")
+        known = MATH_FIELDS[arch] | HARMLESS_FIELDS
+        unknown = sorted(k for k in d if k not in known)
+        if unknown:
+            raise CheckpointError(
+                f"{source}: field {unknown[0]!r} is not supported for {arch} (not implemented, "
+                f"and not known to leave the math unchanged; refusing rather than ignoring it)")
         required = ["vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                     "num_attention_heads"]
         missing = [k for k in required if k not in d]
         if missing:
             raise CheckpointError(f"{source}: missing keys {missing}")
-        rope_scaling = d.get("rope_scaling")
-        if rope_scaling and rope_scaling.get("rope_type", rope_scaling.get("type")) not in (None, "default"):
-            raise CheckpointError(f"{source}: rope_scaling {rope_scaling} is not supported")
+        act = d.get("hidden_act", "silu")
+        if act != "silu":
+            raise CheckpointError(f"{source}: hidden_act {act!r} is not supported (only 'silu')")
+        if d.get("mlp_bias"):
+            raise CheckpointError(f"{source}: mlp_bias true is not supported")
+        max_pos = int(d.get("max_position_embeddings", 4096))
+        try:
+            rope = read_rope(d, max_pos)
+        except RopeError as exc:
+            raise CheckpointError(f"{source}: {exc}") from exc
+        if rope.partial_rotary_factor != 1.0:
+            raise CheckpointError(
+                f"{source}: partial_rotary_factor {rope.partial_rotary_factor} is not supported for "
+                f"{arch} (its attention rotates the whole head)")
+        num_layers = int(d["num_hidden_layers"])
+        sliding_window, layer_types = _read_window(d, arch, num_layers, source)
         is_qwen2 = arch == "Qwen2ForCausalLM"
+        bias = bool(d.get("attention_bias", False))
         return cls(
             vocab_size=int(d["vocab_size"]),
             hidden_size=int(d["hidden_size"]),
             intermediate_size=int(d["intermediate_size"]),
-            num_hidden_layers=int(d["num_hidden_layers"]),
+            num_hidden_layers=num_layers,
             num_attention_heads=int(d["num_attention_heads"]),
             num_key_value_heads=int(d.get("num_key_value_heads") or d["num_attention_heads"]),
-            max_position_embeddings=int(d.get("max_position_embeddings", 4096)),
-            rms_norm_eps=float(d.get("rms_norm_eps", 1e-6 if is_qwen2 else 1e-5)),
-            rope_theta=float(d.get("rope_theta", 10000.0)),
+            max_position_embeddings=max_pos,
+            rms_norm_eps=float(d.get("rms_norm_eps", 1e-6 if arch != "LlamaForCausalLM" else 1e-5)),
             tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
-            attention_bias=bool(d.get("attention_bias", is_qwen2)),
+            attention_bias=True if is_qwen2 else bias,
+            o_bias=bias and arch in ("LlamaForCausalLM", "Qwen3ForCausalLM"),
+            qk_norm=arch == "Qwen3ForCausalLM",
             head_dim=d.get("head_dim"),
             architecture=arch,
-            torch_dtype=str(d.get("torch_dtype", "float32")),
+            torch_dtype=str(d.get("torch_dtype") or d.get("dtype") or "float32"),
             bos_token_id=d.get("bos_token_id"),
             eos_token_id=d.get("eos_token_id"),
+            rope=rope,
+            sliding_window=sliding_window,
+            layer_types=layer_types,
         )
 
     @classmethod
@@ -95,10 +208,11 @@ class LlamaConfig:
         return cls.from_dict(data, source=str(path))
 
     def to_hf_dict(self) -> dict:
-        """The `config.json` that Hugging Face transformers reads."""
+        """The `config.json` that Hugging Face transformers reads (the older top-level
+        `rope_theta` / `rope_scaling` layout, which transformers 4 and 5 both read)."""
         d = {
             "architectures": [self.architecture],
-            "model_type": "qwen2" if self.architecture == "Qwen2ForCausalLM" else "llama",
+            "model_type": MODEL_TYPES[self.architecture],
             "vocab_size": self.vocab_size,
             "hidden_size": self.hidden_size,
             "intermediate_size": self.intermediate_size,
@@ -115,9 +229,21 @@ class LlamaConfig:
             "bos_token_id": self.bos_token_id,
             "eos_token_id": self.eos_token_id,
         }
-        if self.architecture == "LlamaForCausalLM":
+        scaling = self.rope.to_parameters()
+        scaling.pop("rope_theta")
+        if scaling != {"rope_type": "default"}:
+            d["rope_scaling"] = scaling
+        if self.architecture in ("LlamaForCausalLM", "Qwen3ForCausalLM"):
             d["attention_bias"] = self.attention_bias
+        if self.architecture == "LlamaForCausalLM":
             d["mlp_bias"] = False
+        if self.architecture == "MistralForCausalLM":
+            d["sliding_window"] = self.sliding_window
+        elif self.architecture in ("Qwen2ForCausalLM", "Qwen3ForCausalLM"):
+            d["use_sliding_window"] = self.sliding_window is not None
+            d["sliding_window"] = self.sliding_window
+            if self.layer_types is not None:
+                d["layer_types"] = list(self.layer_types)
         return d
 
     def to_dict(self) -> dict:
@@ -132,5 +258,68 @@ class LlamaConfig:
         per_layer = h * (q + 2 * kv) + q * h + 3 * h * i + 2 * h
         if self.attention_bias:
             per_layer += q + 2 * kv
+        if self.o_bias:
+            per_layer += h
+        if self.qk_norm:
+            per_layer += 2 * self.head_dim
         embed = v * h * (1 if self.tie_word_embeddings else 2)
         return L * per_layer + embed + h
+
+
+def read_rope(d: dict, max_position_embeddings: int) -> RopeSpec:
+    """RoPE from either layout: transformers 5's `rope_parameters` (theta inside) or the older
+    top-level `rope_theta` + `rope_scaling`. A config with both must not disagree."""
+    new = d.get("rope_parameters")
+    old = d.get("rope_scaling")
+    if new is not None and not isinstance(new, dict):
+        raise RopeError(f"rope_parameters must be an object, got {new!r}")
+    if old is not None and not isinstance(old, dict):
+        raise RopeError(f"rope_scaling must be an object or null, got {old!r}")
+    if new and any(isinstance(v, dict) for v in new.values()):
+        raise RopeError("rope_parameters per layer type are not supported")
+    params = dict(old or {})
+    where = "rope_scaling"
+    if new:
+        if old and _rope_type(old) != _rope_type(new):
+            raise RopeError(f"rope_parameters ({_rope_type(new)}) and rope_scaling "
+                            f"({_rope_type(old)}) disagree")
+        params.update(new)
+        where = "rope_parameters"
+    if params.get("rope_theta") is None:
+        if d.get("rope_theta") is not None:
+            params["rope_theta"] = d["rope_theta"]
+    elif d.get("rope_theta") is not None and float(d["rope_theta"]) != float(params["rope_theta"]):
+        raise RopeError(f"rope_theta {d['rope_theta']} and {where}.rope_theta "
+                        f"{params['rope_theta']} disagree")
+    if d.get("partial_rotary_factor") is not None:
+        params.setdefault("partial_rotary_factor", d["partial_rotary_factor"])
+    return RopeSpec.from_parameters(params, max_position_embeddings=max_position_embeddings,
+                                    where=where)
+
+
+def _rope_type(params: dict) -> str:
+    return params.get("rope_type", params.get("type")) or "default"
+
+
+def _read_window(d: dict, arch: str, num_layers: int, source: str):
+    """(sliding_window, layer_types) as transformers builds them for `arch`."""
+    window = d.get("sliding_window")
+    if arch == "MistralForCausalLM":
+        return (None if window is None else int(window)), None
+    if arch not in ("Qwen2ForCausalLM", "Qwen3ForCausalLM"):
+        return None, None
+    if not d.get("use_sliding_window", False) or window is None:
+        layer_types = d.get("layer_types")
+        if layer_types and "sliding_attention" in layer_types:
+            raise CheckpointError(f"{source}: layer_types has sliding_attention layers but "
+                                  f"use_sliding_window is off")
+        return None, None
+    layer_types = d.get("layer_types")
+    if layer_types is None:
+        first = int(d.get("max_window_layers", 28))
+        layer_types = ["sliding_attention" if i >= first else "full_attention"
+                       for i in range(num_layers)]
+    bad = [t for t in layer_types if t not in LAYER_TYPES]
+    if bad:
+        raise CheckpointError(f"{source}: layer_types value {bad[0]!r} is not supported")
+    return int(window), tuple(layer_types)

@@ -1,5 +1,7 @@
-"""The Llama-architecture forward pass in numpy (float32): RMSNorm, RoPE, grouped-query attention,
-SwiGLU MLP, tied or untied embeddings, and Qwen2's q/k/v bias.
+"""The Llama-architecture forward pass in numpy (float32): RMSNorm, RoPE (every variant in
+`rope.py`), grouped-query attention, SwiGLU MLP, tied or untied embeddings, and the options of the
+related architectures (`config.py`): q/k/v and o biases, Qwen3's per-head q/k RMSNorm, sliding-window
+attention (Mistral, Qwen2/3 sliding layers).
 
 Two entry points:
 - `forward(...)`: the serving path — a flat batch of new tokens, paged KV cache, `AttentionMetadata`.
@@ -15,25 +17,8 @@ import numpy as np
 from .attention import AttentionMetadata, causal_attention, paged_attention, write_kv
 from .config import LlamaConfig
 from .kv_cache import PagedKVCache
+from .rope import RotaryEmbedding
 from .weights import LlamaWeights
-
-
-class RotaryEmbedding:
-    """Hugging Face's rotate-half RoPE: the first and second halves of head_dim form the pairs."""
-
-    def __init__(self, head_dim: int, max_positions: int, theta: float):
-        inv_freq = 1.0 / (theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))
-        angles = np.outer(np.arange(max_positions, dtype=np.float64), inv_freq)  # [max_pos, hd/2]
-        self.cos = np.cos(angles).astype(np.float32)
-        self.sin = np.sin(angles).astype(np.float32)
-
-    def __call__(self, x: np.ndarray, positions: np.ndarray) -> np.ndarray:
-        """x: [num_tokens, n_heads, head_dim]; positions: [num_tokens]."""
-        half = x.shape[-1] // 2
-        cos = self.cos[positions][:, None, :]  # [num_tokens, 1, hd/2]
-        sin = self.sin[positions][:, None, :]
-        x1, x2 = x[..., :half], x[..., half:]
-        return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
 
 
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
@@ -49,7 +34,9 @@ class LlamaModel:
     def __init__(self, config: LlamaConfig, weights: LlamaWeights):
         self.config = config
         self.weights = weights
-        self.rope = RotaryEmbedding(config.head_dim, config.max_position_embeddings, config.rope_theta)
+        self.rope = RotaryEmbedding(config.rope, config.head_dim, config.max_position_embeddings,
+                                    config.max_position_embeddings)
+        self.windows = [config.layer_window(i) for i in range(config.num_hidden_layers)]
         hd = config.head_dim
         self.q_size = config.num_attention_heads * hd
         self.kv_size = config.num_key_value_heads * hd
@@ -68,8 +55,8 @@ class LlamaModel:
         for i, layer in enumerate(self.weights.layers):
             q, k, v = self._qkv(rms_norm(x, layer.input_norm, cfg.rms_norm_eps), layer, positions)
             write_kv(cache, i, meta.slot_mapping, k, v)
-            attn = paged_attention(q, cache, i, meta)                  # [N, n_heads, hd]
-            x = x + attn.reshape(len(x), -1) @ layer.o
+            attn = paged_attention(q, cache, i, meta, self.windows[i])  # [N, n_heads, hd]
+            x = x + self._out(attn, layer)
             x = x + self._mlp(rms_norm(x, layer.post_norm, cfg.rms_norm_eps), layer)
         x = rms_norm(x[logits_indices], self.weights.norm, cfg.rms_norm_eps)
         return x @ self.weights.lm_head                                # [S, vocab]
@@ -87,10 +74,10 @@ class LlamaModel:
         positions = np.arange(len(ids))
         x = self.weights.embed[ids]
         states = [x]
-        for layer in self.weights.layers:
+        for i, layer in enumerate(self.weights.layers):
             q, k, v = self._qkv(rms_norm(x, layer.input_norm, cfg.rms_norm_eps), layer, positions)
-            attn = causal_attention(q, k, v, cfg.num_key_value_heads)
-            x = x + attn.reshape(len(x), -1) @ layer.o
+            attn = causal_attention(q, k, v, cfg.num_key_value_heads, self.windows[i])
+            x = x + self._out(attn, layer)
             x = x + self._mlp(rms_norm(x, layer.post_norm, cfg.rms_norm_eps), layer)
             states.append(x)
         hidden = np.stack(states)
@@ -108,7 +95,16 @@ class LlamaModel:
         q = qkv[:, :self.q_size].reshape(n, cfg.num_attention_heads, cfg.head_dim)
         k = qkv[:, self.q_size:self.q_size + self.kv_size].reshape(n, cfg.num_key_value_heads, cfg.head_dim)
         v = qkv[:, self.q_size + self.kv_size:].reshape(n, cfg.num_key_value_heads, cfg.head_dim)
+        if layer.q_norm is not None:                                 # Qwen3: per head, before RoPE
+            q = rms_norm(q, layer.q_norm, cfg.rms_norm_eps)
+            k = rms_norm(k, layer.k_norm, cfg.rms_norm_eps)
         return self.rope(q, positions), self.rope(k, positions), v
+
+    def _out(self, attn: np.ndarray, layer) -> np.ndarray:
+        out = attn.reshape(len(attn), -1) @ layer.o
+        if layer.o_bias is not None:
+            out += layer.o_bias
+        return out
 
     def _mlp(self, h: np.ndarray, layer) -> np.ndarray:
         gate_up = h @ layer.gate_up                                  # [N, 2·intermediate]

@@ -63,6 +63,11 @@ def random_tensors(config: LlamaConfig, seed: int = 0, scale: float = 0.08) -> d
             p + "mlp.up_proj.weight": w(config.intermediate_size, h),
             p + "mlp.down_proj.weight": w(h, config.intermediate_size),
         })
+        if config.o_bias:
+            tensors[p + "self_attn.o_proj.bias"] = w(h)
+        if config.qk_norm:
+            tensors[p + "self_attn.q_norm.weight"] = (1.0 + 0.1 * rng.standard_normal(hd)).astype(np.float32)
+            tensors[p + "self_attn.k_norm.weight"] = (1.0 + 0.1 * rng.standard_normal(hd)).astype(np.float32)
         if config.attention_bias:
             tensors[p + "self_attn.q_proj.bias"] = w(q_dim)
             tensors[p + "self_attn.k_proj.bias"] = w(kv_dim)

@@ -1,4 +1,4 @@
-"""`LlamaWeights`: the tensors of a Llama/Qwen2 checkpoint, checked against the config and laid out
+"""`LlamaWeights`: the tensors of a Llama/Qwen2/Qwen3/Mistral checkpoint, checked against the config and laid out
 for fast inference (q/k/v and gate/up fused, matrices transposed so that `x @ w` is the projection).
 """
 
@@ -19,6 +19,9 @@ class LayerWeights:
     qkv: np.ndarray             # [hidden, (n_heads + 2·n_kv_heads)·head_dim]
     qkv_bias: np.ndarray | None  # [(n_heads + 2·n_kv_heads)·head_dim]
     o: np.ndarray               # [n_heads·head_dim, hidden]
+    o_bias: np.ndarray | None   # [hidden] (Llama / Qwen3 with attention_bias)
+    q_norm: np.ndarray | None   # [head_dim] (Qwen3)
+    k_norm: np.ndarray | None   # [head_dim] (Qwen3)
     post_norm: np.ndarray       # [hidden]
     gate_up: np.ndarray         # [hidden, 2·intermediate]
     down: np.ndarray            # [intermediate, hidden]
@@ -63,6 +66,9 @@ class LlamaWeights:
                 bias = np.concatenate([take(p + "self_attn.q_proj.bias", (q_dim,)),
                                        take(p + "self_attn.k_proj.bias", (kv_dim,)),
                                        take(p + "self_attn.v_proj.bias", (kv_dim,))])
+            o_bias = take(p + "self_attn.o_proj.bias", (h,)) if config.o_bias else None
+            q_norm = take(p + "self_attn.q_norm.weight", (hd,)) if config.qk_norm else None
+            k_norm = take(p + "self_attn.k_norm.weight", (hd,)) if config.qk_norm else None
             gate = take(p + "mlp.gate_proj.weight", (inter, h))
             up = take(p + "mlp.up_proj.weight", (inter, h))
             layers.append(LayerWeights(
@@ -70,6 +76,7 @@ class LlamaWeights:
                 qkv=np.ascontiguousarray(np.concatenate([q, k, v]).T),
                 qkv_bias=bias,
                 o=np.ascontiguousarray(take(p + "self_attn.o_proj.weight", (h, q_dim)).T),
+                o_bias=o_bias, q_norm=q_norm, k_norm=k_norm,
                 post_norm=take(p + "post_attention_layernorm.weight", (h,)),
                 gate_up=np.ascontiguousarray(np.concatenate([gate, up]).T),
                 down=np.ascontiguousarray(take(p + "mlp.down_proj.weight", (h, inter)).T),
