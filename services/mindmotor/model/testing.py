@@ -30,6 +30,11 @@ def _trained_tokenizer(vocab_size: int):
     return train_bpe(texts, vocab_size=vocab_size)
 
 
+def tiny_tokenizer(vocab_size: int = 384):
+    """The trained byte-level BPE tokenizer the tiny checkpoints use (cached per vocab size)."""
+    return _trained_tokenizer(vocab_size)
+
+
 def tiny_config(vocab_size: int, **overrides) -> LlamaConfig:
     fields = dict(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,

@@ -1,0 +1,235 @@
+"""Parity with Hugging Face transformers on checkpoints transformers writes itself.
+
+Every supported architecture and RoPE variant: a tiny random model built by transformers, saved with
+its own `save_pretrained` (the layout a user gets today), then
+- greedy outputs equal token for token: transformers' `generate` on each prompt alone against our
+  engine serving all prompts together — paged, batched, chunked (a small token budget) and preempting
+  (a KV pool too small for every sequence at once);
+- logits within tolerance against transformers' forward.
+Plus the old config layout (top-level rope_theta / rope_scaling) and refusals of what is not
+implemented.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import transformers
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+from mindmotor import LLM, SamplingParams
+from mindmotor.common.tokenizer import save_tokenizer
+from mindmotor.model.config import CheckpointError, LlamaConfig
+from mindmotor.model.llama import LlamaModel
+from mindmotor.model.rope import RopeSpec
+from mindmotor.model.testing import tiny_tokenizer
+
+SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.25,
+             bos_token_id=None, eos_token_id=None, pad_token_id=None)
+LLAMA3 = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+          "high_freq_factor": 4.0, "original_max_position_embeddings": 32}
+YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+        "original_max_position_embeddings": 64}
+CASES = {
+    "llama-theta1e6": ("LlamaForCausalLM", {"rope_parameters": {"rope_type": "default", "rope_theta": 1e6}}),
+    "llama-linear": ("LlamaForCausalLM", {"rope_parameters": {"rope_type": "linear", "rope_theta": 1e4,
+                                                              "factor": 4.0}}),
+    "llama-dynamic": ("LlamaForCausalLM", {"rope_parameters": {"rope_type": "dynamic", "rope_theta": 1e4,
+                                                               "factor": 2.0}}),
+    "llama3": ("LlamaForCausalLM", {"rope_parameters": LLAMA3}),
+    "llama-yarn": ("LlamaForCausalLM", {"rope_parameters": YARN}),
+    "llama-bias": ("LlamaForCausalLM", {"attention_bias": True}),
+    "qwen2-tied": ("Qwen2ForCausalLM", {"tie_word_embeddings": True,
+                                        "rope_parameters": {"rope_type": "default", "rope_theta": 1e6}}),
+    "qwen2-sliding": ("Qwen2ForCausalLM", {"use_sliding_window": True, "sliding_window": 6,
+                                           "max_window_layers": 1}),
+    "qwen3": ("Qwen3ForCausalLM", {"head_dim": 32, "tie_word_embeddings": True,
+                                   "rope_parameters": {"rope_type": "default", "rope_theta": 1e6}}),
+    "qwen3-yarn": ("Qwen3ForCausalLM", {"head_dim": 24, "rope_parameters": dict(YARN, rope_theta=1e6)}),
+    "mistral": ("MistralForCausalLM", {"sliding_window": 7, "head_dim": 32}),
+}
+NEW_TOKENS = 14
+
+
+def write_hf_checkpoint(directory, arch: str, options: dict, seed: int = 0):
+    """transformers' own random model of `arch`, saved by `save_pretrained`, with our tokenizer."""
+    tok = tiny_tokenizer(384)
+    config_cls = getattr(transformers, arch.replace("ForCausalLM", "Config"))
+    config = config_cls(vocab_size=tok.get_vocab_size(), **SHAPE, **options)
+    torch.manual_seed(seed)
+    model = getattr(transformers, arch)(config).float().eval()
+    with torch.no_grad():                 # norms away from 1 so that they are really checked
+        for name, p in model.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                p.add_(0.2 * torch.randn_like(p))
+    model.save_pretrained(directory)
+    save_tokenizer(tok, directory, model_max_length=SHAPE["max_position_embeddings"])
+    return model
+
+
+def prompts(vocab: int, seed: int = 1) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    return [list(map(int, rng.integers(3, vocab, n))) for n in (5, 23, 11, 37)]
+
+
+def hf_greedy(model, prompt: list[int]) -> list[int]:
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt]), max_new_tokens=NEW_TOKENS, do_sample=False,
+                             eos_token_id=None, pad_token_id=0, attention_mask=torch.ones(1, len(prompt),
+                                                                                          dtype=torch.long))
+    return out[0, len(prompt):].tolist()
+
+
+def engine_greedy(directory, all_prompts: list[list[int]]):
+    """All prompts at once through a small pool: chunked prefill and preemption both happen."""
+    llm = LLM(str(directory), block_size=4, num_blocks=22, max_num_batched_tokens=16, max_num_seqs=4)
+    params = SamplingParams(max_tokens=NEW_TOKENS, temperature=0, ignore_eos=True)
+    outs = llm.generate(all_prompts, params)
+    return [o.token_ids for o in outs], llm.engine
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def case(request, tmp_path_factory):
+    arch, options = CASES[request.param]
+    directory = tmp_path_factory.mktemp(request.param)
+    model = write_hf_checkpoint(directory, arch, options)
+    return request.param, directory, model
+
+
+def test_config_is_read_as_transformers_reads_it(case):
+    name, directory, model = case
+    saved = json.loads((directory / "config.json").read_text())
+    assert "rope_parameters" in saved and "rope_theta" not in saved   # transformers 5's layout
+    config = LlamaConfig.from_dir(directory)
+    hf = model.config
+    assert config.architecture == hf.architectures[0]
+    assert config.rope.theta == hf.rope_parameters["rope_theta"]
+    assert config.rope.rope_type == hf.rope_parameters["rope_type"]
+    assert config.head_dim == getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
+    assert config.tie_word_embeddings == hf.tie_word_embeddings
+    for i in range(config.num_hidden_layers):
+        hf_window = getattr(hf, "sliding_window", None)
+        if hasattr(hf, "layer_types") and hf.layer_types[i] != "sliding_attention":
+            hf_window = None
+        assert config.layer_window(i) == hf_window
+
+
+def test_logits_match_transformers_forward(case):
+    name, directory, model = case
+    ours = LlamaModel.from_pretrained(directory)
+    ids = prompts(ours.config.vocab_size)[3]
+    with torch.no_grad():
+        expected = model(torch.tensor([ids])).logits[0].numpy()
+    got = ours.forward_dense(ids)
+    assert np.abs(expected).max() > 1.0                 # logits with a real spread, not noise
+    np.testing.assert_allclose(got, expected, atol=2e-4 * np.abs(expected).max(), rtol=1e-4)
+
+
+def test_greedy_tokens_equal_through_the_preempting_engine(case):
+    name, directory, model = case
+    all_prompts = prompts(model.config.vocab_size)
+    expected = [hf_greedy(model, p) for p in all_prompts]
+    got, engine = engine_greedy(directory, all_prompts)
+    assert engine.block_manager.num_blocks * 4 < sum(len(p) + NEW_TOKENS for p in all_prompts)
+    assert engine.scheduler.num_preemptions > 0
+    assert got == expected
+
+
+def test_old_layout_top_level_rope_theta_and_scaling(case, tmp_path):
+    """The same checkpoint with rope_theta / rope_scaling at the top (transformers 4's layout)."""
+    name, directory, model = case
+    config = json.loads((directory / "config.json").read_text())
+    params = config.pop("rope_parameters")
+    config["rope_theta"] = params.pop("rope_theta")
+    config["rope_scaling"] = None if params == {"rope_type": "default"} else params
+    old = tmp_path / "old"
+    old.mkdir()
+    for f in directory.iterdir():
+        (old / f.name).write_bytes(f.read_bytes())
+    (old / "config.json").write_text(json.dumps(config))
+    ids = prompts(model.config.vocab_size)[1]
+    np.testing.assert_array_equal(LlamaModel.from_pretrained(old).forward_dense(ids),
+                                  LlamaModel.from_pretrained(directory).forward_dense(ids))
+    with torch.no_grad():   # and transformers reads it the same way
+        reloaded = type(model).from_pretrained(old).float().eval()
+        np.testing.assert_allclose(reloaded(torch.tensor([ids])).logits[0].numpy(),
+                                   model(torch.tensor([ids])).logits[0].numpy(), atol=1e-5)
+
+
+ROPE_CASES = [
+    {"rope_type": "default", "rope_theta": 1e6},
+    {"rope_type": "linear", "rope_theta": 1e4, "factor": 3.0},
+    LLAMA3,
+    YARN,
+    dict(YARN, beta_fast=16, beta_slow=2, truncate=False),
+    dict(YARN, mscale=1.2, mscale_all_dim=0.8),
+    dict(YARN, attention_factor=1.3),
+    {"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0},
+    {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5},
+    dict(LLAMA3, partial_rotary_factor=0.75),
+]
+
+
+@pytest.mark.parametrize("params", ROPE_CASES, ids=lambda p: "-".join(f"{k}={v}" for k, v in p.items()
+                                                                       if k != "rope_theta"))
+@pytest.mark.parametrize("seq_len", [None, 700])
+def test_rope_frequencies_equal_transformers(params, seq_len):
+    """inv_freq and the attention scaling of every variant, as transformers computes them (dynamic
+    also past max_position_embeddings)."""
+    config_cls = transformers.Phi3Config if params["rope_type"] == "default" else transformers.LlamaConfig
+    hf = config_cls(hidden_size=64, num_attention_heads=2, head_dim=32, max_position_embeddings=256,
+                    rope_parameters=dict(params))
+    init = ROPE_INIT_FUNCTIONS.get(params["rope_type"])
+    if params["rope_type"] == "default":   # (Phi-3's default honours partial_rotary_factor)
+        from transformers.models.phi3.modeling_phi3 import Phi3RotaryEmbedding
+        init = Phi3RotaryEmbedding.compute_default_rope_parameters
+    hf_inv, hf_scale = init(config=hf, device="cpu", seq_len=seq_len)
+    spec = RopeSpec.from_parameters(dict(params), max_position_embeddings=256)
+    dim = spec.rotary_dim(32)
+    if params["rope_type"] == "dynamic" and seq_len:
+        inv, scale = spec.dynamic_inv_freq(dim, seq_len, 256), 1.0
+    else:
+        inv, scale = spec.inv_freq(dim, 256)
+    np.testing.assert_allclose(inv, hf_inv.numpy(), rtol=1e-5)
+    assert scale == pytest.approx(float(hf_scale), rel=1e-6)
+
+
+# ---- refusals -------------------------------------------------------------------------------
+def _refused(tmp_path, tiny_ckpt, **changes):
+    d = tmp_path / "m"
+    d.mkdir()
+    for f in tiny_ckpt.iterdir():
+        (d / f.name).write_bytes(f.read_bytes())
+    config = json.loads((d / "config.json").read_text())
+    for k, v in changes.items():
+        if v is None:
+            config.pop(k, None)
+        else:
+            config[k] = v
+    (d / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError) as info:
+        LlamaModel.from_pretrained(d)
+    return str(info.value)
+
+
+@pytest.mark.parametrize("changes, named", [
+    ({"rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4, "short_factor": [1.0],
+                          "long_factor": [1.0], "original_max_position_embeddings": 64}}, "longrope"),
+    ({"rope_scaling": {"rope_type": "linear", "factor": 2.0, "beta_fast": 8}}, "beta_fast"),
+    ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "low_freq_factor"),
+    ({"quantization_config": {"quant_method": "gptq"}}, "quantization_config"),
+    ({"auto_map": {"AutoModelForCausalLM": "modeling.MyModel"}}, "auto_map"),
+    ({"some_new_field": 1}, "some_new_field"),
+    ({"hidden_act": "gelu"}, "hidden_act"),
+    ({"mlp_bias": True}, "mlp_bias"),
+    ({"partial_rotary_factor": 0.5}, "partial_rotary_factor"),
+    ({"rope_parameters": {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0}, "rope_theta": 5e5},
+     "disagree"),
+    ({"sliding_window": 16}, "sliding_window"),        # a Llama has none: not silently dropped
+])
+def test_unsupported_field_is_refused_by_name(tmp_path, tiny_ckpt, changes, named):
+    assert named in _refused(tmp_path, tiny_ckpt, **changes)
