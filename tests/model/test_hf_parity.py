@@ -233,3 +233,40 @@ def _refused(tmp_path, tiny_ckpt, **changes):
 ])
 def test_unsupported_field_is_refused_by_name(tmp_path, tiny_ckpt, changes, named):
     assert named in _refused(tmp_path, tiny_ckpt, **changes)
+
+
+# ---- the emulated profile follows the architecture -------------------------------------------
+def test_served_profile_counts_the_parameters_transformers_has(case):
+    from mindmotor.engine.llm_engine import served_model_profile
+
+    name, directory, model = case
+    config = LlamaConfig.from_dir(directory)
+    profile = served_model_profile(config, name)
+    assert profile.architecture == model.config.architectures[0]
+    assert profile.num_parameters == sum(p.numel() for p in model.parameters())
+    assert profile.num_sliding_layers == sum(config.layer_window(i) is not None
+                                             for i in range(config.num_hidden_layers))
+
+
+def test_sliding_window_caps_the_emulated_attention_cost():
+    from mindmotor.device.cost_model import CostModel, StepShape
+    from mindmotor.device.profiles import ModelProfile
+    from mindmotor.device.specs import get_device_spec
+
+    shape = dict(num_layers=32, hidden_size=4096, intermediate_size=14336, num_heads=32, num_kv_heads=8,
+                 head_dim=128, vocab_size=32000, tied_embeddings=False)
+    full = ModelProfile.from_model_shape("full", **shape)
+    windowed = ModelProfile.from_model_shape("mistral", **shape, sliding_window=4096,
+                                             num_sliding_layers=32)
+    spec = get_device_spec("910B3")
+    long = StepShape(prefills=[(512, 16000)], decodes=[30000] * 8)
+    at_window = StepShape(prefills=[(512, 4096)], decodes=[4096] * 8)
+    full_ops, win_ops = CostModel(spec, full).operators(long), CostModel(spec, windowed).operators(long)
+    assert win_ops["attention_decode"].flops == CostModel(spec, full).operators(
+        StepShape(decodes=[4096] * 8))["attention_decode"].flops
+    assert win_ops["attention_decode"].bytes < full_ops["attention_decode"].bytes / 7
+    assert win_ops["attention_prefill"].flops < full_ops["attention_prefill"].flops / 3
+    # while the window does not bind, the cost is unchanged
+    assert CostModel(spec, windowed).step(StepShape(prefills=[(512, 1000)], decodes=[3000])).seconds == \
+        CostModel(spec, full).step(StepShape(prefills=[(512, 1000)], decodes=[3000])).seconds
+    assert CostModel(spec, windowed).step(at_window).seconds <= CostModel(spec, full).step(at_window).seconds

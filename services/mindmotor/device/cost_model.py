@@ -18,6 +18,9 @@ columns per device):
                      B = b N (2h + 2 (hq + hkv) e + 2h + 3I + 3h); fused (MindIE/ATB): 3 kernels
                      (AddRmsNorm x2, SwiGLU), B = b N (4h + 4h + 3I)
   kv_cache_write     B = 2 * N * 2 hkv e b                       (read new K/V, scatter to pool)
+On sliding-window layers (Mistral, Phi-3, Qwen2/3) a query reads at most `w` keys: the prefill
+pairs are the integral of min(position, w) over the chunk, the K/V read min(p + c, w + c), a
+decode min(k, w).
   all_reduce         2 per layer when tp > 1: latency + 2 (tp-1)/tp N hidden b over the link
 Once per step: embedding lookup (B = 2 N hidden b), the LM head on the sampled rows (one per
 sequence or chunk; a GEMM) and `host` (scheduling and launch on the host).
@@ -87,6 +90,17 @@ class OperatorTime:
         """The operator's time. (`kernel_overhead_s` is accepted for older callers and ignored:
         every operator carries its own fixed cost.)"""
         return roofline(self.compute_s, self.memory_s, self.k) + self.fixed_s
+
+
+def _windowed_pairs(c: int, p: int, w: int) -> float:
+    """Query-key pairs of a c-token chunk after p cached ones under a window w: the integral of
+    min(x, w) over [p, p + c] (c (p + c/2) when the window never binds)."""
+    end = p + c
+    if end <= w:
+        return c * (p + c / 2)
+    if p >= w:
+        return c * w
+    return (w * w - p * p) / 2 + (end - w) * w
 
 
 @dataclass(frozen=True)
@@ -199,17 +213,22 @@ class CostModel:
 
         for g in self._gemms:
             gemm(g.name, 2.0 * n * g.weights * L, b * (g.weights + n * g.io_per_token) * L, L)
+        w, L_sw = self.profile.sliding_window, self.profile.num_sliding_layers
+        L_full = L - L_sw                                  # layers without a sliding window
         if contexts:
-            k_total = sum(contexts)
-            stream("attention_decode", self._attn_flops_per_qk * k_total * L,
-                   self._kv_bytes_per_token_layer * k_total * L, L, self._s_per_kv_byte,
+            k_total = L_full * sum(contexts) + (L_sw * sum(min(c, w) for c in contexts) if L_sw else 0)
+            stream("attention_decode", self._attn_flops_per_qk * k_total,
+                   self._kv_bytes_per_token_layer * k_total, L, self._s_per_kv_byte,
                    self._s_per_flop, L * kp.attention_fixed_s)
         if chunks:
-            qk = sum(c * (p + c / 2) for c, p in chunks)
-            kv_tokens = sum(c + p for c, p in chunks)
-            stream("attention_prefill", self._attn_flops_per_qk * qk * L,
-                   (self._q_o_bytes_per_token * n_prefill
-                    + self._kv_bytes_per_token_layer * kv_tokens) * L, L, self._s_per_kv_byte,
+            qk = L_full * sum(c * (p + c / 2) for c, p in chunks)
+            kv_tokens = L_full * sum(c + p for c, p in chunks)
+            if L_sw:
+                qk += L_sw * sum(_windowed_pairs(c, p, w) for c, p in chunks)
+                kv_tokens += L_sw * sum(min(c + p, w + c) for c, p in chunks)
+            stream("attention_prefill", self._attn_flops_per_qk * qk,
+                   self._q_o_bytes_per_token * n_prefill * L
+                   + self._kv_bytes_per_token_layer * kv_tokens, L, self._s_per_kv_byte,
                    self._s_per_attn_flop, L * kp.attention_fixed_s)
         stream("elementwise", 0.0, b * n * self._ew_elems_per_token * L, self._ew_kernels * L,
                self._s_per_ew_byte, 0.0, self._ew_kernels * L * kp.elementwise_tau_s)

@@ -32,23 +32,35 @@ class ModelProfile:
     dtype_bytes: int = 2                   # 2 = bf16
     tp: int = 1                            # tensor-parallel degree
     tied_embeddings: bool = False
+    architecture: str = "LlamaForCausalLM"
+    qkv_bias: bool = False                 # Qwen2; Llama/Qwen3 with attention_bias
+    o_bias: bool = False                   # Llama/Qwen3 with attention_bias
+    qk_norm: bool = False                  # Qwen3: RMSNorm weights of q and k heads
+    sliding_window: int | None = None      # Mistral, Qwen2/3 sliding layers: keys a query reads
+    num_sliding_layers: int = 0            # of num_layers, those with the window
 
     def __post_init__(self) -> None:
         if self.tp < 1:
             raise ValueError(f"tp must be >= 1, got {self.tp}")
         if self.num_heads % self.tp:
             raise ValueError(f"{self.name}: {self.num_heads} heads do not split over tp={self.tp}")
+        if not 0 <= self.num_sliding_layers <= self.num_layers:
+            raise ValueError(f"{self.name}: num_sliding_layers must be in [0, {self.num_layers}]")
+        if self.num_sliding_layers and not (self.sliding_window and self.sliding_window > 0):
+            raise ValueError(f"{self.name}: sliding layers need a positive sliding_window")
 
     @classmethod
     def from_model_shape(cls, name: str, *, num_layers: int, hidden_size: int,
                          intermediate_size: int, num_heads: int, num_kv_heads: int,
                          head_dim: int, vocab_size: int, tied_embeddings: bool,
-                         dtype_bytes: int = 2, tp: int = 1) -> "ModelProfile":
-        """A profile for the served model itself (shape read from its config)."""
+                         dtype_bytes: int = 2, tp: int = 1, **architecture) -> "ModelProfile":
+        """A profile for the served model itself (shape read from its config); `architecture`:
+        the options above (architecture, qkv_bias, o_bias, qk_norm, sliding_window,
+        num_sliding_layers)."""
         return cls(name=name, num_layers=num_layers, hidden_size=hidden_size,
                    intermediate_size=intermediate_size, num_heads=num_heads,
                    num_kv_heads=num_kv_heads, head_dim=head_dim, vocab_size=vocab_size,
-                   dtype_bytes=dtype_bytes, tp=tp, tied_embeddings=tied_embeddings)
+                   dtype_bytes=dtype_bytes, tp=tp, tied_embeddings=tied_embeddings, **architecture)
 
     def with_tp(self, tp: int) -> "ModelProfile":
         return replace(self, tp=tp)
@@ -75,10 +87,15 @@ class ModelProfile:
 
     @property
     def attention_weights_per_layer(self) -> int:
-        """Per device: Wq, Wk, Wv [hidden, (hq + 2 hkv) e] and Wo [hq e, hidden]."""
+        """Per device: Wq, Wk, Wv [hidden, (hq + 2 hkv) e] and Wo [hq e, hidden], plus the biases
+        and q/k norms an architecture has (the o bias is replicated like the norms)."""
         hq, hkv = self.heads_per_device, self.kv_heads_per_device
         e, h = self.head_dim, self.hidden_size
-        return h * (hq + 2 * hkv) * e + hq * e * h
+        total = h * (hq + 2 * hkv) * e + hq * e * h
+        total += (hq + 2 * hkv) * e if self.qkv_bias else 0
+        total += h if self.o_bias else 0
+        total += 2 * e if self.qk_norm else 0
+        return total
 
     @property
     def mlp_weights_per_layer(self) -> int:

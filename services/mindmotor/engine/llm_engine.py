@@ -98,12 +98,17 @@ class EngineStats:
 
 
 def served_model_profile(config: LlamaConfig, name: str, tp: int = 1) -> ModelProfile:
-    """The emulated profile of the model actually served (bf16 on the device)."""
+    """The emulated profile of the model actually served (bf16 on the device), architecture included
+    (biases, q/k norms, sliding-window layers)."""
+    windows = [config.layer_window(i) for i in range(config.num_hidden_layers)]
     return ModelProfile.from_model_shape(
         name, num_layers=config.num_hidden_layers, hidden_size=config.hidden_size,
         intermediate_size=config.intermediate_size, num_heads=config.num_attention_heads,
         num_kv_heads=config.num_key_value_heads, head_dim=config.head_dim,
-        vocab_size=config.vocab_size, tied_embeddings=config.tie_word_embeddings, dtype_bytes=2, tp=tp)
+        vocab_size=config.vocab_size, tied_embeddings=config.tie_word_embeddings, dtype_bytes=2, tp=tp,
+        architecture=config.architecture, qkv_bias=config.attention_bias, o_bias=config.o_bias,
+        qk_norm=config.qk_norm, sliding_window=config.sliding_window,
+        num_sliding_layers=sum(w is not None for w in windows))
 
 
 class LLMEngine:
