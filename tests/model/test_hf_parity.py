@@ -51,6 +51,9 @@ CASES = {
                                    "rope_parameters": {"rope_type": "default", "rope_theta": 1e6}}),
     "qwen3-yarn": ("Qwen3ForCausalLM", {"head_dim": 24, "rope_parameters": dict(YARN, rope_theta=1e6)}),
     "mistral": ("MistralForCausalLM", {"sliding_window": 7, "head_dim": 32}),
+    "phi3-partial-rotary": ("Phi3ForCausalLM", {"rope_parameters": {"rope_type": "default", "rope_theta": 1e4,
+                                                                    "partial_rotary_factor": 0.5}}),
+    "phi3-sliding": ("Phi3ForCausalLM", {"sliding_window": 9}),
 }
 NEW_TOKENS = 14
 
@@ -230,6 +233,9 @@ def _refused(tmp_path, tiny_ckpt, **changes):
     ({"rope_parameters": {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0}, "rope_theta": 5e5},
      "disagree"),
     ({"sliding_window": 16}, "sliding_window"),        # a Llama has none: not silently dropped
+    ({"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "mlp_bias": None, "attention_bias": None,
+      "rope_scaling": {"rope_type": "longrope", "short_factor": [1.0] * 8, "long_factor": [1.0] * 8,
+                       "original_max_position_embeddings": 64}}, "longrope"),
 ])
 def test_unsupported_field_is_refused_by_name(tmp_path, tiny_ckpt, changes, named):
     assert named in _refused(tmp_path, tiny_ckpt, **changes)

@@ -8,6 +8,7 @@ One decoder family with options covers the supported architectures:
 | Qwen2ForCausalLM    | q/k/v biases always; optional sliding window on layers ≥ max_window_layers |
 | Qwen3ForCausalLM    | RMSNorm of q and k per head (q_norm / k_norm); head_dim is its own field |
 | MistralForCausalLM  | sliding-window attention on every layer (`sliding_window`)              |
+| Phi3ForCausalLM     | fused qkv_proj / gate_up_proj tensors; partial rotary; optional window  |
 
 Both config layouts are read: transformers 5's `rope_parameters` (rope_theta inside) and the older
 top-level `rope_theta` / `rope_scaling`. Every key of the file must be understood: either it changes
@@ -26,9 +27,14 @@ from pathlib import Path
 from .rope import RopeError, RopeSpec
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
-                           "MistralForCausalLM")
+                           "MistralForCausalLM", "Phi3ForCausalLM")
 MODEL_TYPES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
-               "Qwen3ForCausalLM": "qwen3", "MistralForCausalLM": "mistral"}
+               "Qwen3ForCausalLM": "qwen3", "MistralForCausalLM": "mistral", "Phi3ForCausalLM": "phi3"}
+DEFAULT_RMS_NORM_EPS = {"LlamaForCausalLM": 1e-5, "Phi3ForCausalLM": 1e-5}   # others: 1e-6
+# Architectures whose attention rotates only the first partial_rotary_factor of each head.
+PARTIAL_ROTARY = ("Phi3ForCausalLM",)
+# Rope types an architecture accepts in transformers (None: every type of rope.py).
+ROPE_TYPES = {"Phi3ForCausalLM": ("default",)}
 
 # Keys that never change the forward pass of a served model (metadata, training-only settings,
 # generation defaults and tokenizer ids, output switches). `pretraining_tp` only slices the same
@@ -40,7 +46,7 @@ HARMLESS_FIELDS = frozenset({
     "output_hidden_states", "return_dict", "use_return_dict", "torchscript", "tokenizer_class",
     "id2label", "label2id", "problem_type", "chunk_size_feed_forward", "is_encoder_decoder",
     "is_decoder", "add_cross_attention", "tie_encoder_decoder", "prefix", "task_specific_params",
-    "finetuning_task", "cross_attention_hidden_size", "pruned_heads",
+    "finetuning_task", "cross_attention_hidden_size", "pruned_heads", "resid_pdrop", "embd_pdrop",
     # generation defaults older transformers wrote into config.json (the engine's sampling
     # parameters come from each request)
     "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups",
@@ -63,6 +69,8 @@ ARCH_FIELDS = {
     "Qwen3ForCausalLM": frozenset({"attention_bias", "use_sliding_window", "sliding_window",
                                    "max_window_layers", "layer_types"}),
     "MistralForCausalLM": frozenset({"sliding_window"}),
+    # original_max_position_embeddings only feeds longrope, which is refused
+    "Phi3ForCausalLM": frozenset({"sliding_window", "original_max_position_embeddings"}),
 }
 MATH_FIELDS = {arch: SHAPE_FIELDS | extra for arch, extra in ARCH_FIELDS.items()}
 LAYER_TYPES = ("full_attention", "sliding_attention")
@@ -165,7 +173,11 @@ class LlamaConfig:
             rope = read_rope(d, max_pos)
         except RopeError as exc:
             raise CheckpointError(f"{source}: {exc}") from exc
-        if rope.partial_rotary_factor != 1.0:
+        allowed_types = ROPE_TYPES.get(arch)
+        if allowed_types and rope.rope_type not in allowed_types:
+            raise CheckpointError(f"{source}: rope_type {rope.rope_type!r} is not supported for {arch} "
+                                  f"(supported: {', '.join(allowed_types)})")
+        if rope.partial_rotary_factor != 1.0 and arch not in PARTIAL_ROTARY:
             raise CheckpointError(
                 f"{source}: partial_rotary_factor {rope.partial_rotary_factor} is not supported for "
                 f"{arch} (its attention rotates the whole head)")
@@ -181,7 +193,7 @@ class LlamaConfig:
             num_attention_heads=int(d["num_attention_heads"]),
             num_key_value_heads=int(d.get("num_key_value_heads") or d["num_attention_heads"]),
             max_position_embeddings=max_pos,
-            rms_norm_eps=float(d.get("rms_norm_eps", 1e-6 if arch != "LlamaForCausalLM" else 1e-5)),
+            rms_norm_eps=float(d.get("rms_norm_eps", DEFAULT_RMS_NORM_EPS.get(arch, 1e-6))),
             tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
             attention_bias=True if is_qwen2 else bias,
             o_bias=bias and arch in ("LlamaForCausalLM", "Qwen3ForCausalLM"),
@@ -237,7 +249,7 @@ class LlamaConfig:
             d["attention_bias"] = self.attention_bias
         if self.architecture == "LlamaForCausalLM":
             d["mlp_bias"] = False
-        if self.architecture == "MistralForCausalLM":
+        if self.architecture in ("MistralForCausalLM", "Phi3ForCausalLM"):
             d["sliding_window"] = self.sliding_window
         elif self.architecture in ("Qwen2ForCausalLM", "Qwen3ForCausalLM"):
             d["use_sliding_window"] = self.sliding_window is not None
@@ -304,7 +316,7 @@ def _rope_type(params: dict) -> str:
 def _read_window(d: dict, arch: str, num_layers: int, source: str):
     """(sliding_window, layer_types) as transformers builds them for `arch`."""
     window = d.get("sliding_window")
-    if arch == "MistralForCausalLM":
+    if arch in ("MistralForCausalLM", "Phi3ForCausalLM"):
         return (None if window is None else int(window)), None
     if arch not in ("Qwen2ForCausalLM", "Qwen3ForCausalLM"):
         return None, None

@@ -12,6 +12,8 @@ import numpy as np
 from .config import CheckpointError, LlamaConfig
 from .safetensors_io import load_checkpoint_tensors
 
+FUSED_ARCHITECTURES = ("Phi3ForCausalLM",)   # checkpoints that store qkv_proj and gate_up_proj
+
 
 @dataclass
 class LayerWeights:
@@ -58,9 +60,13 @@ class LlamaWeights:
         layers = []
         for i in range(config.num_hidden_layers):
             p = f"model.layers.{i}."
-            q = take(p + "self_attn.q_proj.weight", (q_dim, h))
-            k = take(p + "self_attn.k_proj.weight", (kv_dim, h))
-            v = take(p + "self_attn.v_proj.weight", (kv_dim, h))
+            if config.architecture in FUSED_ARCHITECTURES:    # Phi-3: q, k, v in one tensor
+                q, k, v = np.split(take(p + "self_attn.qkv_proj.weight", (q_dim + 2 * kv_dim, h)),
+                                   [q_dim, q_dim + kv_dim])
+            else:
+                q = take(p + "self_attn.q_proj.weight", (q_dim, h))
+                k = take(p + "self_attn.k_proj.weight", (kv_dim, h))
+                v = take(p + "self_attn.v_proj.weight", (kv_dim, h))
             bias = None
             if config.attention_bias:
                 bias = np.concatenate([take(p + "self_attn.q_proj.bias", (q_dim,)),
@@ -69,8 +75,11 @@ class LlamaWeights:
             o_bias = take(p + "self_attn.o_proj.bias", (h,)) if config.o_bias else None
             q_norm = take(p + "self_attn.q_norm.weight", (hd,)) if config.qk_norm else None
             k_norm = take(p + "self_attn.k_norm.weight", (hd,)) if config.qk_norm else None
-            gate = take(p + "mlp.gate_proj.weight", (inter, h))
-            up = take(p + "mlp.up_proj.weight", (inter, h))
+            if config.architecture in FUSED_ARCHITECTURES:    # gate first, then up
+                gate, up = np.split(take(p + "mlp.gate_up_proj.weight", (2 * inter, h)), [inter])
+            else:
+                gate = take(p + "mlp.gate_proj.weight", (inter, h))
+                up = take(p + "mlp.up_proj.weight", (inter, h))
             layers.append(LayerWeights(
                 input_norm=take(p + "input_layernorm.weight", (h,)),
                 qkv=np.ascontiguousarray(np.concatenate([q, k, v]).T),
