@@ -276,3 +276,35 @@ def test_sliding_window_caps_the_emulated_attention_cost():
     assert CostModel(spec, windowed).step(StepShape(prefills=[(512, 1000)], decodes=[3000])).seconds == \
         CostModel(spec, full).step(StepShape(prefills=[(512, 1000)], decodes=[3000])).seconds
     assert CostModel(spec, windowed).step(at_window).seconds <= CostModel(spec, full).step(at_window).seconds
+
+
+def test_debug_compare_refuses_what_the_training_model_does_not_implement(case):
+    """`mindmotor debug compare` runs the PyTorch training model (Llama/Qwen2, default RoPE): on
+    anything else it says so instead of reporting a difference that is not the serving model's."""
+    from mindmotor.trainer.compare import load_torch_model
+
+    name, directory, model = case
+    config = LlamaConfig.from_dir(directory)
+    plain = (config.architecture in ("LlamaForCausalLM", "Qwen2ForCausalLM")
+             and config.rope.rope_type == "default" and config.sliding_window is None
+             and not config.o_bias)
+    if plain:
+        load_torch_model(directory)
+    else:
+        with pytest.raises(CheckpointError, match="training model does not implement"):
+            load_torch_model(directory)
+
+
+def test_prefix_cache_hits_on_a_sliding_window_model_stay_exact(tmp_path):
+    """Mistral with a window much shorter than a cached prefix: requests that reuse the cached
+    blocks (the prefix is longer than the window) still produce transformers' tokens."""
+    model = write_hf_checkpoint(tmp_path, "MistralForCausalLM", {"sliding_window": 5}, seed=3)
+    rng = np.random.default_rng(7)
+    prefix = list(map(int, rng.integers(3, model.config.vocab_size, 26)))
+    requests = [prefix + list(map(int, rng.integers(3, model.config.vocab_size, n))) for n in (3, 9, 1)]
+    llm = LLM(str(tmp_path), block_size=4, num_blocks=64, max_num_batched_tokens=12)
+    params = SamplingParams(max_tokens=NEW_TOKENS, temperature=0, ignore_eos=True)
+    first = llm.generate([requests[0]], params)[0]
+    later = llm.generate(requests[1:], params)
+    assert all(o.num_cached_tokens >= 24 for o in later)          # whole blocks of the prefix reused
+    assert [o.token_ids for o in [first, *later]] == [hf_greedy(model, p) for p in requests]

@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from mindmotor.common.tokenizer import Tokenizer
-from mindmotor.model.config import LlamaConfig
+from mindmotor.model.config import CheckpointError, LlamaConfig
 
 from .manifest import MANIFEST_NAME, verify_checkpoint
 from .model import LlamaForCausalLM
@@ -31,9 +31,28 @@ class LayerDiff:
 
 def load_torch_model(directory: str | Path) -> LlamaForCausalLM:
     directory = Path(directory)
-    model = LlamaForCausalLM(LlamaConfig.from_dir(directory))
+    config = LlamaConfig.from_dir(directory)
+    unsupported = _beyond_training_model(config)
+    if unsupported:
+        raise CheckpointError(f"{directory}: the PyTorch training model does not implement "
+                              f"{unsupported} (it is Llama / Qwen2 with default RoPE); nothing to "
+                              f"compare against")
+    model = LlamaForCausalLM(config)
     model.load_hf_state_dict(load_file(str(directory / "model.safetensors")))
     return model.eval()
+
+
+def _beyond_training_model(config: LlamaConfig) -> str | None:
+    """What of `config` the training model would silently compute differently, if anything."""
+    if config.architecture not in ("LlamaForCausalLM", "Qwen2ForCausalLM"):
+        return f"architecture {config.architecture}"
+    if config.rope.rope_type != "default":
+        return f"rope_type {config.rope.rope_type!r}"
+    if config.sliding_window is not None:
+        return "sliding_window"
+    if config.o_bias:
+        return "attention_bias on o_proj"
+    return None
 
 
 def compare_checkpoint(directory: str | Path, text: str = DEFAULT_TEXT,
