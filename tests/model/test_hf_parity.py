@@ -22,6 +22,7 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from mindmotor import LLM, SamplingParams
 from mindmotor.common.tokenizer import save_tokenizer
+from mindmotor.engine.block_manager import NO_BLOCK
 from mindmotor.model.config import CheckpointError, LlamaConfig
 from mindmotor.model.llama import LlamaModel
 from mindmotor.model.rope import RopeSpec
@@ -87,12 +88,24 @@ def hf_greedy(model, prompt: list[int]) -> list[int]:
     return out[0, len(prompt):].tolist()
 
 
-def engine_greedy(directory, all_prompts: list[list[int]]):
-    """All prompts at once through a small pool: chunked prefill and preemption both happen."""
-    llm = LLM(str(directory), block_size=4, num_blocks=22, max_num_batched_tokens=16, max_num_seqs=4)
+def engine_greedy(directory, all_prompts: list[list[int]], num_blocks: int = 22):
+    """All prompts at once through a small pool: chunked prefill and preemption both happen.
+    Every step checks the block manager's invariants and records the blocks each sequence holds."""
+    llm = LLM(str(directory), block_size=4, num_blocks=num_blocks, max_num_batched_tokens=16,
+              max_num_seqs=4)
+    engine = llm.engine
     params = SamplingParams(max_tokens=NEW_TOKENS, temperature=0, ignore_eos=True)
-    outs = llm.generate(all_prompts, params)
-    return [o.token_ids for o in outs], llm.engine
+    for i, p in enumerate(all_prompts):
+        engine.add_request(f"r{i}", p, params)
+    tokens = {f"r{i}": [] for i in range(len(all_prompts))}
+    most_held = 0
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            tokens[out.request_id].extend(out.new_token_ids)
+        engine.check_invariants()
+        most_held = max([most_held] + [sum(b != NO_BLOCK for b in s.block_table)
+                                       for s in engine.scheduler.running])
+    return [tokens[f"r{i}"] for i in range(len(all_prompts))], engine, most_held
 
 
 @pytest.fixture(scope="module", params=sorted(CASES))
@@ -136,10 +149,18 @@ def test_greedy_tokens_equal_through_the_preempting_engine(case):
     name, directory, model = case
     all_prompts = prompts(model.config.vocab_size)
     expected = [hf_greedy(model, p) for p in all_prompts]
-    got, engine = engine_greedy(directory, all_prompts)
+    window = LlamaConfig.from_dir(directory).max_window
+    # With a window on every layer the blocks that leave it are released, so a smaller pool
+    # is needed to force preemptions.
+    got, engine, most_held = engine_greedy(directory, all_prompts, num_blocks=22 if window is None else 13)
     assert engine.block_manager.num_blocks * 4 < sum(len(p) + NEW_TOKENS for p in all_prompts)
     assert engine.scheduler.num_preemptions > 0
     assert got == expected
+    longest = max(len(p) for p in all_prompts) + NEW_TOKENS
+    if window is None:
+        assert most_held == -(-longest // 4)
+    else:     # the window (+ a partial block at each end) and the step's chunk, not the sequence
+        assert most_held <= -(-(window + 16) // 4) + 1 < -(-longest // 4)
 
 
 def test_old_layout_top_level_rope_theta_and_scaling(case, tmp_path):

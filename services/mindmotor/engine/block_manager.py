@@ -24,6 +24,10 @@ from mindmotor.common.block_hash import block_hashes
 
 from .sequence import Sequence
 
+# A block-table entry whose block was released because it fell out of the sliding window of every
+# layer (`release_out_of_window`): the entry keeps the table's position → block mapping.
+NO_BLOCK = -1
+
 
 class BlockManager:
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True,
@@ -143,14 +147,36 @@ class BlockManager:
     def free(self, seq: Sequence) -> None:
         """Drop `seq`'s references. Its tail blocks are released first, so they are evicted first."""
         for block in reversed(seq.block_table):
-            self.ref_counts[block] -= 1
-            if self.ref_counts[block] == 0:
-                if self.block_hash[block] is not None:
-                    self._evictable[block] = None
-                else:
-                    heapq.heappush(self._free_ids, block)
+            if block != NO_BLOCK:
+                self._release(block)
         seq.block_table = []
         self._num_hashed.pop(seq.request_id, None)
+
+    def release_out_of_window(self, seq: Sequence, window: int) -> int:
+        """With a sliding window `window` on every layer, the next query of `seq` (at position
+        num_computed_tokens) and all later ones read only keys after num_computed_tokens − window:
+        release the blocks wholly before that (their entries become NO_BLOCK; a hashed block stays
+        in the prefix cache, its K/V depending only on the tokens up to it). Call after
+        `cache_blocks`. Returns how many blocks were released."""
+        first_key = seq.num_computed_tokens - window + 1
+        table = seq.block_table
+        end = min(max(0, first_key) // self.block_size, len(table))
+        released = 0
+        for i in range(end - 1, -1, -1):                  # released from the front, so stop at one
+            if table[i] == NO_BLOCK:
+                break
+            self._release(table[i])
+            table[i] = NO_BLOCK
+            released += 1
+        return released
+
+    def _release(self, block: int) -> None:
+        self.ref_counts[block] -= 1
+        if self.ref_counts[block] == 0:
+            if self.block_hash[block] is not None:
+                self._evictable[block] = None
+            else:
+                heapq.heappush(self._free_ids, block)
 
     def reset_prefix_cache(self) -> None:
         """Forget every cached block that no sequence uses."""
@@ -202,5 +228,6 @@ class BlockManager:
             expected = [0] * self.watermark
             for seq in sequences:
                 for b in seq.block_table:
-                    expected[b] += 1
+                    if b != NO_BLOCK:
+                        expected[b] += 1
             assert expected == self.ref_counts, "reference counts disagree with the block tables"

@@ -133,6 +133,7 @@ class LLMEngine:
         host_blocks = self._host_blocks(num_blocks, mcfg)
         self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching,
                                           host_blocks=host_blocks)
+        self.sliding_window = mcfg.max_window    # on every layer: older blocks are released as they leave it
         self.scheduler = Scheduler(SchedulerConfig(
             max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
             max_model_len=self.max_model_len, enable_chunked_prefill=config.enable_chunked_prefill),
@@ -424,6 +425,8 @@ class LLMEngine:
                 self.prompt_tokens += min(s.num_new_tokens, s.seq.num_prompt_tokens - s.seq.num_computed_tokens)
             s.seq.num_computed_tokens += s.num_new_tokens
             bm.cache_blocks(s.seq)
+            if self.sliding_window and not s.seq.prefill_only:   # a pinned prefill's KV is sent whole
+                bm.release_out_of_window(s.seq, self.sliding_window)
         now = time.monotonic()
         for i, (s, token, lp) in enumerate(zip(sampling, tokens, logprobs)):
             seq = s.seq

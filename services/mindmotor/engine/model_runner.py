@@ -64,7 +64,8 @@ class ModelRunner:
         for i, s in enumerate(ordered):
             seq, start, n = s.seq, s.seq.num_computed_tokens, s.num_new_tokens
             table = seq.block_table
-            block_tables[i, :len(table)] = table
+            block_tables[i, :len(table)] = table   # NO_BLOCK (-1, out of the window) gathers the
+                                                   # last host block: masked, never read into a result
             input_ids.extend(token_slice(seq, start, start + n))
             if n == 1:
                 positions.append(start)
