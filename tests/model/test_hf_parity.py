@@ -163,6 +163,23 @@ def test_greedy_tokens_equal_through_the_preempting_engine(case):
         assert most_held <= -(-(window + 16) // 4) + 1 < -(-longest // 4)
 
 
+def test_phi3_official_config_keys_are_understood(tmp_path):
+    """The keys of microsoft/Phi-3-mini-4k-instruct's config.json (auto_map naming its own copy of
+    the code transformers ships, dropouts, attention_bias false, original_max_position_embeddings)."""
+    model = write_hf_checkpoint(tmp_path, "Phi3ForCausalLM", {"sliding_window": 9})
+    config = json.loads((tmp_path / "config.json").read_text())
+    config.update({"auto_map": {"AutoConfig": "configuration_phi3.Phi3Config",
+                                "AutoModelForCausalLM": "modeling_phi3.Phi3ForCausalLM"},
+                   "attention_bias": False, "embd_pdrop": 0.0, "resid_pdrop": 0.0,
+                   "original_max_position_embeddings": 4096, "_name_or_path": "Phi-3-mini-4k-instruct"})
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    ids = prompts(model.config.vocab_size)[2]
+    with torch.no_grad():
+        expected = model(torch.tensor([ids])).logits[0].numpy()
+    np.testing.assert_allclose(LlamaModel.from_pretrained(tmp_path).forward_dense(ids), expected,
+                               atol=2e-4 * np.abs(expected).max(), rtol=1e-4)
+
+
 def test_old_layout_top_level_rope_theta_and_scaling(case, tmp_path):
     """The same checkpoint with rope_theta / rope_scaling at the top (transformers 4's layout)."""
     name, directory, model = case
@@ -247,6 +264,7 @@ def _refused(tmp_path, tiny_ckpt, **changes):
     ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "low_freq_factor"),
     ({"quantization_config": {"quant_method": "gptq"}}, "quantization_config"),
     ({"auto_map": {"AutoModelForCausalLM": "modeling.MyModel"}}, "auto_map"),
+    ({"auto_map": {"AutoModelForCausalLM": "modeling_phi3.Phi3ForCausalLM"}}, "auto_map"),  # not a Llama's
     ({"some_new_field": 1}, "some_new_field"),
     ({"hidden_act": "gelu"}, "hidden_act"),
     ({"mlp_bias": True}, "mlp_bias"),

@@ -69,8 +69,10 @@ ARCH_FIELDS = {
     "Qwen3ForCausalLM": frozenset({"attention_bias", "use_sliding_window", "sliding_window",
                                    "max_window_layers", "layer_types"}),
     "MistralForCausalLM": frozenset({"sliding_window"}),
-    # original_max_position_embeddings only feeds longrope, which is refused
-    "Phi3ForCausalLM": frozenset({"sliding_window", "original_max_position_embeddings"}),
+    # original_max_position_embeddings only feeds longrope, which is refused; transformers' Phi-3
+    # has no attention biases whatever attention_bias says (the official configs say false)
+    "Phi3ForCausalLM": frozenset({"sliding_window", "original_max_position_embeddings",
+                                  "attention_bias"}),
 }
 MATH_FIELDS = {arch: SHAPE_FIELDS | extra for arch, extra in ARCH_FIELDS.items()}
 LAYER_TYPES = ("full_attention", "sliding_attention")
@@ -152,7 +154,8 @@ class LlamaConfig:
             raise CheckpointError(
                 f"{source}: architecture {arch!r} is not supported (supported: "
                 f"{', '.join(SUPPORTED_ARCHITECTURES)})")
-        known = MATH_FIELDS[arch] | HARMLESS_FIELDS
+        _check_auto_map(d.get("auto_map"), MODEL_TYPES[arch], source)
+        known = MATH_FIELDS[arch] | HARMLESS_FIELDS | {"auto_map"}
         unknown = sorted(k for k in d if k not in known)
         if unknown:
             raise CheckpointError(
@@ -195,7 +198,7 @@ class LlamaConfig:
             max_position_embeddings=max_pos,
             rms_norm_eps=float(d.get("rms_norm_eps", DEFAULT_RMS_NORM_EPS.get(arch, 1e-6))),
             tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
-            attention_bias=True if is_qwen2 else bias,
+            attention_bias=True if is_qwen2 else bias and arch in ("LlamaForCausalLM", "Qwen3ForCausalLM"),
             o_bias=bias and arch in ("LlamaForCausalLM", "Qwen3ForCausalLM"),
             qk_norm=arch == "Qwen3ForCausalLM",
             head_dim=d.get("head_dim"),
@@ -307,6 +310,24 @@ def read_rope(d: dict, max_position_embeddings: int) -> RopeSpec:
         params.setdefault("partial_rotary_factor", d["partial_rotary_factor"])
     return RopeSpec.from_parameters(params, max_position_embeddings=max_position_embeddings,
                                     where=where)
+
+
+def _check_auto_map(auto_map, model_type: str, source: str) -> None:
+    """`auto_map` points transformers at custom modeling code. Accepted only when every class it
+    names is the checkpoint's own copy of the architecture transformers now ships (Phi-3's official
+    configs: `configuration_phi3.Phi3Config`, `modeling_phi3.Phi3ForCausalLM`); anything else may
+    compute something else, and is refused."""
+    if auto_map is None:
+        return
+    if not isinstance(auto_map, dict):
+        raise CheckpointError(f"{source}: field 'auto_map' must be an object")
+    native = (f"configuration_{model_type}.", f"modeling_{model_type}.")
+    for target in auto_map.values():
+        for name in (target if isinstance(target, list) else [target]):
+            if name is not None and not str(name).startswith(native):
+                raise CheckpointError(
+                    f"{source}: field 'auto_map' names custom code {name!r}, which is not run "
+                    f"(only the {model_type} architecture transformers ships is implemented)")
 
 
 def _rope_type(params: dict) -> str:
