@@ -347,3 +347,28 @@ def test_prefix_cache_hits_on_a_sliding_window_model_stay_exact(tmp_path):
     later = llm.generate(requests[1:], params)
     assert all(o.num_cached_tokens >= 24 for o in later)          # whole blocks of the prefix reused
     assert [o.token_ids for o in [first, *later]] == [hf_greedy(model, p) for p in requests]
+
+
+@pytest.mark.parametrize("arch", sorted({a for a, _ in CASES.values()}))
+def test_absent_keys_default_as_transformers_defaults_them(arch):
+    """A config.json without the optional keys reads as transformers' config class reads it."""
+    minimal = dict(vocab_size=384, hidden_size=1024, intermediate_size=128, num_hidden_layers=2,
+                   num_attention_heads=32)
+    ours = LlamaConfig.from_dict({"architectures": [arch], **minimal})
+    hf = getattr(transformers, arch.replace("ForCausalLM", "Config"))(**minimal)
+    assert ours.rms_norm_eps == hf.rms_norm_eps
+    assert ours.max_position_embeddings == hf.max_position_embeddings
+    assert ours.num_key_value_heads == hf.num_key_value_heads
+    assert ours.head_dim == (getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads)
+    assert ours.tie_word_embeddings == hf.tie_word_embeddings
+    assert ours.rope.theta == hf.rope_parameters["rope_theta"]
+    hf_window = getattr(hf, "sliding_window", None) if arch in ("MistralForCausalLM", "Phi3ForCausalLM") \
+        else None    # Qwen2/3: only with use_sliding_window
+    assert ours.sliding_window == hf_window
+    with_window = LlamaConfig.from_dict({"architectures": [arch], **minimal, "use_sliding_window": True,
+                                         "max_window_layers": 1}) if "Qwen" in arch else None
+    if with_window is not None:
+        hf = getattr(transformers, arch.replace("ForCausalLM", "Config"))(**minimal, use_sliding_window=True,
+                                                                           max_window_layers=1)
+        assert with_window.sliding_window == hf.sliding_window
+        assert list(with_window.layer_types) == hf.layer_types

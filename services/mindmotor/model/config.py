@@ -30,7 +30,20 @@ SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCaus
                            "MistralForCausalLM", "Phi3ForCausalLM")
 MODEL_TYPES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
                "Qwen3ForCausalLM": "qwen3", "MistralForCausalLM": "mistral", "Phi3ForCausalLM": "phi3"}
-DEFAULT_RMS_NORM_EPS = {"LlamaForCausalLM": 1e-5, "Phi3ForCausalLM": 1e-5}   # others: 1e-6
+# What transformers' config class of each architecture assumes for a key the file does not have
+# (a key present with null is read as null).
+_COMMON_DEFAULTS = {"rms_norm_eps": 1e-6, "max_position_embeddings": 2048, "num_key_value_heads": None,
+                    "head_dim": None, "sliding_window": None}
+ARCH_DEFAULTS = {
+    "LlamaForCausalLM": _COMMON_DEFAULTS,
+    "Qwen2ForCausalLM": {**_COMMON_DEFAULTS, "max_position_embeddings": 32768, "num_key_value_heads": 32,
+                         "sliding_window": 4096},
+    "Qwen3ForCausalLM": {**_COMMON_DEFAULTS, "max_position_embeddings": 32768, "num_key_value_heads": 32,
+                         "head_dim": 128, "sliding_window": 4096},
+    "MistralForCausalLM": {**_COMMON_DEFAULTS, "max_position_embeddings": 131072, "num_key_value_heads": 8,
+                           "sliding_window": 4096},
+    "Phi3ForCausalLM": {**_COMMON_DEFAULTS, "rms_norm_eps": 1e-5, "max_position_embeddings": 4096},
+}
 # Architectures whose attention rotates only the first partial_rotary_factor of each head.
 PARTIAL_ROTARY = ("Phi3ForCausalLM",)
 # Rope types an architecture accepts in transformers (None: every type of rope.py).
@@ -171,7 +184,9 @@ class LlamaConfig:
             raise CheckpointError(f"{source}: hidden_act {act!r} is not supported (only 'silu')")
         if d.get("mlp_bias"):
             raise CheckpointError(f"{source}: mlp_bias true is not supported")
-        max_pos = int(d.get("max_position_embeddings", 4096))
+        defaults = ARCH_DEFAULTS[arch]
+        d = {**{k: v for k, v in defaults.items() if k not in d}, **d}     # absent keys only
+        max_pos = int(d["max_position_embeddings"])
         try:
             rope = read_rope(d, max_pos)
         except RopeError as exc:
@@ -196,7 +211,7 @@ class LlamaConfig:
             num_attention_heads=int(d["num_attention_heads"]),
             num_key_value_heads=int(d.get("num_key_value_heads") or d["num_attention_heads"]),
             max_position_embeddings=max_pos,
-            rms_norm_eps=float(d.get("rms_norm_eps", DEFAULT_RMS_NORM_EPS.get(arch, 1e-6))),
+            rms_norm_eps=float(d["rms_norm_eps"]),
             tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
             attention_bias=True if is_qwen2 else bias and arch in ("LlamaForCausalLM", "Qwen3ForCausalLM"),
             o_bias=bias and arch in ("LlamaForCausalLM", "Qwen3ForCausalLM"),
