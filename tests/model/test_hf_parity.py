@@ -55,6 +55,8 @@ CASES = {
     "phi3-partial-rotary": ("Phi3ForCausalLM", {"rope_parameters": {"rope_type": "default", "rope_theta": 1e4,
                                                                     "partial_rotary_factor": 0.5}}),
     "phi3-sliding": ("Phi3ForCausalLM", {"sliding_window": 9}),
+    "gemma": ("GemmaForCausalLM", {"head_dim": 32, "num_key_value_heads": 1}),
+    "llama-gelu": ("LlamaForCausalLM", {"hidden_act": "gelu"}),
 }
 NEW_TOKENS = 14
 
@@ -63,7 +65,7 @@ def write_hf_checkpoint(directory, arch: str, options: dict, seed: int = 0):
     """transformers' own random model of `arch`, saved by `save_pretrained`, with our tokenizer."""
     tok = tiny_tokenizer(384)
     config_cls = getattr(transformers, arch.replace("ForCausalLM", "Config"))
-    config = config_cls(vocab_size=tok.get_vocab_size(), **SHAPE, **options)
+    config = config_cls(vocab_size=tok.get_vocab_size(), **{**SHAPE, **options})
     torch.manual_seed(seed)
     model = getattr(transformers, arch)(config).float().eval()
     with torch.no_grad():                 # norms away from 1 so that they are really checked
@@ -266,7 +268,11 @@ def _refused(tmp_path, tiny_ckpt, **changes):
     ({"auto_map": {"AutoModelForCausalLM": "modeling.MyModel"}}, "auto_map"),
     ({"auto_map": {"AutoModelForCausalLM": "modeling_phi3.Phi3ForCausalLM"}}, "auto_map"),  # not a Llama's
     ({"some_new_field": 1}, "some_new_field"),
-    ({"hidden_act": "gelu"}, "hidden_act"),
+    ({"hidden_act": "relu"}, "hidden_act"),
+    ({"architectures": ["GemmaForCausalLM"], "model_type": "gemma", "mlp_bias": None, "hidden_act": "gelu",
+      "hidden_activation": "gelu_pytorch_tanh"}, "disagree"),
+    ({"architectures": ["GemmaForCausalLM"], "model_type": "gemma", "mlp_bias": None,
+      "use_bidirectional_attention": True}, "use_bidirectional_attention"),
     ({"mlp_bias": True}, "mlp_bias"),
     ({"partial_rotary_factor": 0.5}, "partial_rotary_factor"),
     ({"rope_parameters": {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0}, "rope_theta": 5e5},
@@ -326,7 +332,7 @@ def test_debug_compare_refuses_what_the_training_model_does_not_implement(case):
     config = LlamaConfig.from_dir(directory)
     plain = (config.architecture in ("LlamaForCausalLM", "Qwen2ForCausalLM")
              and config.rope.rope_type == "default" and config.sliding_window is None
-             and not config.o_bias)
+             and not config.o_bias and config.hidden_act == "silu")
     if plain:
         load_torch_model(directory)
     else:

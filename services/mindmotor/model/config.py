@@ -9,6 +9,7 @@ One decoder family with options covers the supported architectures:
 | Qwen3ForCausalLM    | RMSNorm of q and k per head (q_norm / k_norm); head_dim is its own field |
 | MistralForCausalLM  | sliding-window attention on every layer (`sliding_window`)              |
 | Phi3ForCausalLM     | fused qkv_proj / gate_up_proj tensors; partial rotary; optional window  |
+| GemmaForCausalLM    | embeddings × √hidden; RMSNorm weight + 1; GELU (tanh) MLP; tied           |
 
 Both config layouts are read: transformers 5's `rope_parameters` (rope_theta inside) and the older
 top-level `rope_theta` / `rope_scaling`. Every key of the file must be understood: either it changes
@@ -27,13 +28,19 @@ from pathlib import Path
 from .rope import RopeError, RopeSpec
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
-                           "MistralForCausalLM", "Phi3ForCausalLM")
+                           "MistralForCausalLM", "Phi3ForCausalLM", "GemmaForCausalLM")
 MODEL_TYPES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
-               "Qwen3ForCausalLM": "qwen3", "MistralForCausalLM": "mistral", "Phi3ForCausalLM": "phi3"}
+               "Qwen3ForCausalLM": "qwen3", "MistralForCausalLM": "mistral", "Phi3ForCausalLM": "phi3",
+               "GemmaForCausalLM": "gemma"}
+# The MLP activations implemented (transformers' ACT2FN names); gelu_new is the tanh form too.
+ACTIVATIONS = ("silu", "gelu", "gelu_pytorch_tanh", "gelu_new")
+# Architectures whose attention projections all carry a bias when attention_bias is set.
+BIAS_ARCHITECTURES = ("LlamaForCausalLM", "Qwen3ForCausalLM", "GemmaForCausalLM")
 # What transformers' config class of each architecture assumes for a key the file does not have
 # (a key present with null is read as null).
 _COMMON_DEFAULTS = {"rms_norm_eps": 1e-6, "max_position_embeddings": 2048, "num_key_value_heads": None,
-                    "head_dim": None, "sliding_window": None}
+                    "head_dim": None, "sliding_window": None, "tie_word_embeddings": False,
+                    "hidden_act": "silu"}
 ARCH_DEFAULTS = {
     "LlamaForCausalLM": _COMMON_DEFAULTS,
     "Qwen2ForCausalLM": {**_COMMON_DEFAULTS, "max_position_embeddings": 32768, "num_key_value_heads": 32,
@@ -43,6 +50,8 @@ ARCH_DEFAULTS = {
     "MistralForCausalLM": {**_COMMON_DEFAULTS, "max_position_embeddings": 131072, "num_key_value_heads": 8,
                            "sliding_window": 4096},
     "Phi3ForCausalLM": {**_COMMON_DEFAULTS, "rms_norm_eps": 1e-5, "max_position_embeddings": 4096},
+    "GemmaForCausalLM": {**_COMMON_DEFAULTS, "max_position_embeddings": 8192, "num_key_value_heads": 16,
+                         "head_dim": 256, "tie_word_embeddings": True, "hidden_act": "gelu_pytorch_tanh"},
 }
 # Architectures whose attention rotates only the first partial_rotary_factor of each head.
 PARTIAL_ROTARY = ("Phi3ForCausalLM",)
@@ -86,6 +95,9 @@ ARCH_FIELDS = {
     # has no attention biases whatever attention_bias says (the official configs say false)
     "Phi3ForCausalLM": frozenset({"sliding_window", "original_max_position_embeddings",
                                   "attention_bias"}),
+    # hidden_activation: older Gemma configs' name; must agree with hidden_act (transformers 5
+    # reads hidden_act only)
+    "GemmaForCausalLM": frozenset({"attention_bias", "use_bidirectional_attention", "hidden_activation"}),
 }
 MATH_FIELDS = {arch: SHAPE_FIELDS | extra for arch, extra in ARCH_FIELDS.items()}
 LAYER_TYPES = ("full_attention", "sliding_attention")
@@ -118,6 +130,9 @@ class LlamaConfig:
     qk_norm: bool = False                 # Qwen3: RMSNorm over head_dim of each q and k head
     sliding_window: int | None = None     # keys a query sees (itself included) on sliding layers
     layer_types: tuple[str, ...] | None = None  # per layer: full_attention | sliding_attention
+    hidden_act: str = "silu"              # the MLP's activation (ACTIVATIONS)
+    embed_scale: float | None = None      # Gemma: embeddings × √hidden_size
+    norm_offset: float = 0.0              # Gemma: RMSNorm multiplies by (offset + weight)
     extra: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self):
@@ -179,9 +194,15 @@ class LlamaConfig:
         missing = [k for k in required if k not in d]
         if missing:
             raise CheckpointError(f"{source}: missing keys {missing}")
-        act = d.get("hidden_act", "silu")
-        if act != "silu":
-            raise CheckpointError(f"{source}: hidden_act {act!r} is not supported (only 'silu')")
+        act = d.get("hidden_act") or ARCH_DEFAULTS[arch]["hidden_act"]
+        if act not in ACTIVATIONS:
+            raise CheckpointError(f"{source}: hidden_act {act!r} is not supported (supported: "
+                                  f"{', '.join(ACTIVATIONS)})")
+        if d.get("hidden_activation") not in (None, act):
+            raise CheckpointError(f"{source}: hidden_activation {d['hidden_activation']!r} and "
+                                  f"hidden_act {act!r} disagree")
+        if d.get("use_bidirectional_attention"):
+            raise CheckpointError(f"{source}: use_bidirectional_attention true is not supported")
         if d.get("mlp_bias"):
             raise CheckpointError(f"{source}: mlp_bias true is not supported")
         defaults = ARCH_DEFAULTS[arch]
@@ -212,9 +233,12 @@ class LlamaConfig:
             num_key_value_heads=int(d.get("num_key_value_heads") or d["num_attention_heads"]),
             max_position_embeddings=max_pos,
             rms_norm_eps=float(d["rms_norm_eps"]),
-            tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
-            attention_bias=True if is_qwen2 else bias and arch in ("LlamaForCausalLM", "Qwen3ForCausalLM"),
-            o_bias=bias and arch in ("LlamaForCausalLM", "Qwen3ForCausalLM"),
+            tie_word_embeddings=bool(d["tie_word_embeddings"]),
+            attention_bias=True if is_qwen2 else bias and arch in BIAS_ARCHITECTURES,
+            o_bias=bias and arch in BIAS_ARCHITECTURES,
+            hidden_act=act,
+            embed_scale=float(d["hidden_size"]) ** 0.5 if arch == "GemmaForCausalLM" else None,
+            norm_offset=1.0 if arch == "GemmaForCausalLM" else 0.0,
             qk_norm=arch == "Qwen3ForCausalLM",
             head_dim=d.get("head_dim"),
             architecture=arch,
@@ -254,7 +278,7 @@ class LlamaConfig:
             "rms_norm_eps": self.rms_norm_eps,
             "rope_theta": self.rope_theta,
             "tie_word_embeddings": self.tie_word_embeddings,
-            "hidden_act": "silu",
+            "hidden_act": self.hidden_act,
             "torch_dtype": self.torch_dtype,
             "bos_token_id": self.bos_token_id,
             "eos_token_id": self.eos_token_id,
@@ -263,7 +287,7 @@ class LlamaConfig:
         scaling.pop("rope_theta")
         if scaling != {"rope_type": "default"}:
             d["rope_scaling"] = scaling
-        if self.architecture in ("LlamaForCausalLM", "Qwen3ForCausalLM"):
+        if self.architecture in BIAS_ARCHITECTURES:
             d["attention_bias"] = self.attention_bias
         if self.architecture == "LlamaForCausalLM":
             d["mlp_bias"] = False

@@ -30,6 +30,22 @@ def silu(x: np.ndarray) -> np.ndarray:
     return x / (1.0 + np.exp(-x))
 
 
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + np.tanh(np.float32(np.sqrt(2.0 / np.pi)) * (x + np.float32(0.044715) * x ** 3)))
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    """Exact (erf) GELU; erf from Abramowitz & Stegun 7.1.26 in float64 (|error| < 1.5e-7)."""
+    z = np.abs(x.astype(np.float64)) / np.sqrt(2.0)
+    t = 1.0 / (1.0 + 0.3275911 * z)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    erf = np.sign(x) * (1.0 - poly * np.exp(-z * z))
+    return (0.5 * x * (1.0 + erf)).astype(x.dtype)
+
+
+ACTIVATIONS = {"silu": silu, "gelu": gelu, "gelu_pytorch_tanh": gelu_tanh, "gelu_new": gelu_tanh}
+
+
 class LlamaModel:
     def __init__(self, config: LlamaConfig, weights: LlamaWeights):
         self.config = config
@@ -37,6 +53,7 @@ class LlamaModel:
         self.rope = RotaryEmbedding(config.rope, config.head_dim, config.max_position_embeddings,
                                     config.max_position_embeddings)
         self.windows = [config.layer_window(i) for i in range(config.num_hidden_layers)]
+        self.act = ACTIVATIONS[config.hidden_act]
         hd = config.head_dim
         self.q_size = config.num_attention_heads * hd
         self.kv_size = config.num_key_value_heads * hd
@@ -51,7 +68,7 @@ class LlamaModel:
                 cache: PagedKVCache, logits_indices: np.ndarray) -> np.ndarray:
         """input_ids, positions: [num_tokens] → logits [len(logits_indices), vocab]."""
         cfg = self.config
-        x = self.weights.embed[input_ids]                            # [N, hidden]
+        x = self._embed(input_ids)                                   # [N, hidden]
         for i, layer in enumerate(self.weights.layers):
             q, k, v = self._qkv(rms_norm(x, layer.input_norm, cfg.rms_norm_eps), layer, positions)
             write_kv(cache, i, meta.slot_mapping, k, v)
@@ -72,7 +89,7 @@ class LlamaModel:
         cfg = self.config
         ids = np.asarray(token_ids, dtype=np.int64)
         positions = np.arange(len(ids))
-        x = self.weights.embed[ids]
+        x = self._embed(ids)
         states = [x]
         for i, layer in enumerate(self.weights.layers):
             q, k, v = self._qkv(rms_norm(x, layer.input_norm, cfg.rms_norm_eps), layer, positions)
@@ -86,6 +103,12 @@ class LlamaModel:
         return hidden, rms_norm(x, self.weights.norm, cfg.rms_norm_eps) @ self.weights.lm_head
 
     # ---- blocks -----------------------------------------------------------------------------
+    def _embed(self, ids: np.ndarray) -> np.ndarray:
+        x = self.weights.embed[ids]
+        if self.config.embed_scale is not None:                      # Gemma
+            x = x * np.float32(self.config.embed_scale)
+        return x
+
     def _qkv(self, h: np.ndarray, layer, positions: np.ndarray):
         cfg = self.config
         qkv = h @ layer.qkv                                          # [N, q_size + 2·kv_size]
@@ -109,4 +132,4 @@ class LlamaModel:
     def _mlp(self, h: np.ndarray, layer) -> np.ndarray:
         gate_up = h @ layer.gate_up                                  # [N, 2·intermediate]
         inter = self.config.intermediate_size
-        return (silu(gate_up[:, :inter]) * gate_up[:, inter:]) @ layer.down
+        return (self.act(gate_up[:, :inter]) * gate_up[:, inter:]) @ layer.down

@@ -96,6 +96,11 @@ class LlamaWeights:
         else:
             lm_head = np.ascontiguousarray(take("lm_head.weight", (vocab, h)).T)
         weights = cls(embed=embed, layers=layers, norm=take("model.norm.weight", (h,)), lm_head=lm_head)
+        if config.norm_offset:                     # Gemma: RMSNorm scales by (1 + weight)
+            weights.norm = weights.norm + config.norm_offset
+            for layer in layers:
+                layer.input_norm = layer.input_norm + config.norm_offset
+                layer.post_norm = layer.post_norm + config.norm_offset
         take.check_all_used()
         return weights
 

@@ -46,6 +46,8 @@ def _beyond_training_model(config: LlamaConfig) -> str | None:
     """What of `config` the training model would silently compute differently, if anything."""
     if config.architecture not in ("LlamaForCausalLM", "Qwen2ForCausalLM"):
         return f"architecture {config.architecture}"
+    if config.hidden_act != "silu":
+        return f"hidden_act {config.hidden_act!r}"
     if config.rope.rope_type != "default":
         return f"rope_type {config.rope.rope_type!r}"
     if config.sliding_window is not None:
