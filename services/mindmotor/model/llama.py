@@ -1,7 +1,8 @@
 """The Llama-architecture forward pass in numpy (float32): RMSNorm, RoPE (every variant in
 `rope.py`), grouped-query attention, SwiGLU MLP, tied or untied embeddings, and the options of the
-related architectures (`config.py`): q/k/v and o biases, Qwen3's per-head q/k RMSNorm, sliding-window
-attention (Mistral, Qwen2/3 sliding layers).
+related architectures (`config.py`): q/k/v and o biases, Qwen3's per-head q/k RMSNorm, Gemma's
+embedding scale and GELU, Phi-3's partial rotary, sliding-window attention (Mistral, Phi-3, Qwen2/3
+sliding layers).
 
 Two entry points:
 - `forward(...)`: the serving path — a flat batch of new tokens, paged KV cache, `AttentionMetadata`.

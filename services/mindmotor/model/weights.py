@@ -1,4 +1,4 @@
-"""`LlamaWeights`: the tensors of a Llama/Qwen2/Qwen3/Mistral checkpoint, checked against the config and laid out
+"""`LlamaWeights`: the tensors of a Llama/Qwen2/Qwen3/Mistral/Phi-3/Gemma checkpoint, checked against the config and laid out
 for fast inference (q/k/v and gate/up fused, matrices transposed so that `x @ w` is the projection).
 """
 
