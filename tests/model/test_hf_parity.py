@@ -378,3 +378,17 @@ def test_absent_keys_default_as_transformers_defaults_them(arch):
                                                                            max_window_layers=1)
         assert with_window.sliding_window == hf.sliding_window
         assert list(with_window.layer_types) == hf.layer_types
+
+
+def test_trainer_init_from_refuses_what_it_would_train_differently(case):
+    from mindmotor.trainer.config import ConfigError
+    from mindmotor.trainer.init_from import beyond_training_model, init_source
+
+    name, directory, model = case
+    config = LlamaConfig.from_dir(directory)
+    if beyond_training_model(config) is None:
+        if config.head_dim * config.num_attention_heads == config.hidden_size:
+            assert init_source(directory).model_config == config
+    else:
+        with pytest.raises(ConfigError, match="trainer's model does not implement"):
+            init_source(directory)

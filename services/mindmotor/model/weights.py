@@ -1,5 +1,6 @@
-"""`LlamaWeights`: the tensors of a Llama/Qwen2/Qwen3/Mistral/Phi-3/Gemma checkpoint, checked against the config and laid out
-for fast inference (q/k/v and gate/up fused, matrices transposed so that `x @ w` is the projection).
+"""`LlamaWeights`: the tensors of a checkpoint (the architectures of config.py), checked against the
+config and laid out for fast inference (q/k/v and gate/up fused, matrices transposed so that `x @
+w` is the projection).
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from safetensors.torch import load_file
 from mindmotor.common.tokenizer import Tokenizer
 from mindmotor.model.config import CheckpointError, LlamaConfig
 
+from .init_from import beyond_training_model
 from .manifest import MANIFEST_NAME, verify_checkpoint
 from .model import LlamaForCausalLM
 
@@ -32,7 +33,7 @@ class LayerDiff:
 def load_torch_model(directory: str | Path) -> LlamaForCausalLM:
     directory = Path(directory)
     config = LlamaConfig.from_dir(directory)
-    unsupported = _beyond_training_model(config)
+    unsupported = beyond_training_model(config)
     if unsupported:
         raise CheckpointError(f"{directory}: the PyTorch training model does not implement "
                               f"{unsupported} (it is Llama / Qwen2 with default RoPE); nothing to "
@@ -40,21 +41,6 @@ def load_torch_model(directory: str | Path) -> LlamaForCausalLM:
     model = LlamaForCausalLM(config)
     model.load_hf_state_dict(load_file(str(directory / "model.safetensors")))
     return model.eval()
-
-
-def _beyond_training_model(config: LlamaConfig) -> str | None:
-    """What of `config` the training model would silently compute differently, if anything."""
-    if config.architecture not in ("LlamaForCausalLM", "Qwen2ForCausalLM"):
-        return f"architecture {config.architecture}"
-    if config.hidden_act != "silu":
-        return f"hidden_act {config.hidden_act!r}"
-    if config.rope.rope_type != "default":
-        return f"rope_type {config.rope.rope_type!r}"
-    if config.sliding_window is not None:
-        return "sliding_window"
-    if config.o_bias:
-        return "attention_bias on o_proj"
-    return None
 
 
 def compare_checkpoint(directory: str | Path, text: str = DEFAULT_TEXT,

@@ -65,6 +65,22 @@ def tokenizer_source(directory: str | Path) -> TokenizerSource:
     return TokenizerSource(directory, files, tokenizer.vocab_size, eos)
 
 
+def beyond_training_model(config: LlamaConfig) -> str | None:
+    """What of `config` the PyTorch training model would silently compute differently, if anything
+    (it is Llama / Qwen2 with SiLU, default RoPE, full attention, no o_proj bias)."""
+    if config.architecture not in ("LlamaForCausalLM", "Qwen2ForCausalLM"):
+        return f"architecture {config.architecture}"
+    if config.hidden_act != "silu":
+        return f"hidden_act {config.hidden_act!r}"
+    if config.rope.rope_type != "default":
+        return f"rope_type {config.rope.rope_type!r}"
+    if config.sliding_window is not None:
+        return "sliding_window"
+    if config.o_bias:
+        return "attention_bias on o_proj"
+    return None
+
+
 def init_source(directory: str | Path, flag: str = "--init-from") -> InitSource:
     directory = Path(directory).expanduser().resolve()
     if not directory.is_dir():
@@ -76,6 +92,10 @@ def init_source(directory: str | Path, flag: str = "--init-from") -> InitSource:
     if not (directory / "model.safetensors").is_file():
         raise ConfigError(f"{flag} {directory}: model.safetensors missing (sharded weights are not "
                           "supported)")
+    beyond = beyond_training_model(model_config)
+    if beyond:
+        raise ConfigError(f"{flag} {directory}: the trainer's model does not implement {beyond} "
+                          f"(it trains Llama / Qwen2 with default RoPE)")
     if model_config.head_dim * model_config.num_attention_heads != model_config.hidden_size:
         raise ConfigError(f"{flag} {directory}: head_dim {model_config.head_dim} × "
                           f"{model_config.num_attention_heads} heads is not hidden_size "
