@@ -1,4 +1,3 @@
-import time
 
 import pytest
 
@@ -113,16 +112,6 @@ def test_kv_transfer_time():
 def test_unknown_dtype():
     with pytest.raises(ValueError):
         CostModel(SPEC, get_profile("qwen2-7b"), dtype="fp8")
-
-
-def test_step_is_fast(llama):
-    shape = StepShape(prefills=[(256, 512)], decodes=list(range(200, 328)))   # 128 decodes
-    calls = 2000
-    started = time.perf_counter()
-    for _ in range(calls):
-        llama.step(shape)
-    per_call = (time.perf_counter() - started) / calls
-    assert per_call < 50e-6
 
 
 def test_roofline_is_smooth_near_the_ridge_and_sharp_away_from_it():
