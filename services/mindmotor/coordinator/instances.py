@@ -4,7 +4,9 @@ A source (the static `--worker` poller, or the controller's routing-table stream
 into the table: `upsert` one instance or `replace` them all; `on_change` listeners (model
 discovery) hear of every write. The table adds what only this coordinator knows: the tokens of
 the requests it has in flight on each instance (for `least_load`), and instances it saw fail
-(skipped for `suspect_s` whatever the source says).
+(skipped for `suspect_s` whatever the source says). A failure mark belongs to the instance at the
+address it failed at: a replacement that registers under the same id at another address (a
+restarted replica gets new ports) starts unmarked.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class _Local:
     outstanding_tokens: int = 0
     in_flight: int = 0
     suspect_until: float = 0.0
+    suspect_address: str = ""            # where the instance was when it failed (the mark is for that one)
 
 
 class RoutingTable:
@@ -94,7 +97,10 @@ class RoutingTable:
     def is_routable(self, view: InstanceView) -> bool:
         local = self._local.get(view.instance_id)
         return (view.healthy and view.role in ROUTABLE_ROLES
-                and (local is None or local.suspect_until <= self.clock()))
+                and (local is None or not self._suspect(local, view)))
+
+    def _suspect(self, local: _Local, view: InstanceView) -> bool:
+        return local.suspect_until > self.clock() and local.suspect_address == view.address
 
     def candidates(self, model: str, roles: Collection[str] | None = None) -> list[InstanceView]:
         """Routable instances of `model` (of one of `roles`, if given), sorted by id, with this
@@ -135,10 +141,12 @@ class RoutingTable:
             local.in_flight = max(0, local.in_flight - 1)
 
     def mark_failed(self, instance_id: str, reason: str) -> None:
-        """Skip the instance for `suspect_s` and tell the listeners (e.g. the controller)."""
+        """Skip the instance for `suspect_s` — at its present address: one that comes back under the
+        same id elsewhere is another process — and tell the listeners (e.g. the controller)."""
         local = self._local.setdefault(instance_id, _Local())
-        local.suspect_until = self.clock() + self.suspect_s
         view = self._views.get(instance_id)
+        local.suspect_until = self.clock() + self.suspect_s
+        local.suspect_address = view.address if view is not None else ""
         log.warning("instance failed; not routed to for a while",
                     extra={"instance_id": instance_id, "reason": reason, "suspect_s": self.suspect_s})
         if view is not None:

@@ -11,7 +11,9 @@ a failover, the last one); a stream's headers go out once every choice has its f
 choices are routed before the response starts), so they name the instances that produced the first
 tokens — a stream moved to another instance later is named in the access log line, not the headers.
 The request is counted for the version of its first choice (`version_requests`, `version_errors`,
-`version_ttft` per choice: what canary analysis judges)."""
+`version_ttft` per choice: what canary analysis judges). Only errors the version caused count as its errors
+(`version_fault`): a 5xx, an instance failure; a client's 4xx (a bad parameter, a 429
+`instances_busy`) and a client that went away do not."""
 
 from __future__ import annotations
 
@@ -100,7 +102,7 @@ class ServedBy:
                 self.metrics.version_ttft.labels(self.model, version).observe(timer.first - timer.arrival)
 
     def failed(self, exc: BaseException) -> None:
-        if not isinstance(exc, (asyncio.CancelledError, ClientGone)):
+        if version_fault(exc):
             self.error = True
 
     def finish(self) -> None:
@@ -112,6 +114,16 @@ class ServedBy:
         self.metrics.version_requests.labels(self.model, versions[0]).inc()
         if self.error:
             self.metrics.version_errors.labels(self.model, versions[0]).inc()
+
+
+def version_fault(exc: BaseException) -> bool:
+    """The serving version caused this error: a 5xx (anything unexpected becomes a 500) yes; a 4xx
+    (the request's own fault, or 429: every instance busy) and the client's going away no."""
+    if isinstance(exc, (asyncio.CancelledError, ClientGone)):
+        return False
+    if isinstance(exc, APIError):
+        return exc.status >= 500
+    return True
 
 
 async def _collect(choices: ChoiceSet, prompt_indices: list[int]) -> list[ChoiceResult]:
@@ -136,6 +148,6 @@ async def _events(choices: ChoiceSet, prompt_indices: list[int], fmt: OutputForm
         if include_usage:
             yield event(fmt.usage_chunk(total_usage(usages)))
     except APIError as exc:
-        served.error = True
+        served.failed(exc)
         yield event(exc.body())
     yield DONE
