@@ -68,6 +68,9 @@ def _register_deployer(subparsers) -> None:
                         help="seconds a rollout's replicas have to become ready (default: %(default)s)")
     timing.add_argument("--drain-timeout", type=float, default=30.0,
                         help="local replicas: seconds a draining replica gets before SIGKILL (default: %(default)s)")
+    timing.add_argument("--orphan-grace", type=float, default=30.0,
+                        help="after the store lost its data (its epoch changed): seconds replicas no deployment "
+                             "record names are kept, waiting for their specs to be applied again (default: %(default)s)")
     timing.add_argument("--restart-backoff", type=float, default=0.5,
                         help="first delay before a crashed replica is restarted; doubles per quick crash "
                              "(default: %(default)s)")
@@ -128,7 +131,7 @@ def config_from_args(args: argparse.Namespace):
         backend=args.backend, redis_url=args.redis_url, redis_prefix=args.redis_prefix,
         admin_token=args.admin_token, controller_token=args.controller_token,
         reconcile_interval_s=args.reconcile_interval, rollout_timeout_s=args.rollout_timeout,
-        drain_timeout_s=args.drain_timeout, restart_initial_s=args.restart_backoff,
+        drain_timeout_s=args.drain_timeout, orphan_grace_s=args.orphan_grace, restart_initial_s=args.restart_backoff,
         restart_max_s=args.restart_backoff_max, lease_ttl_s=args.lease_ttl, worker_host=args.worker_host,
         **({"deployer_id": args.deployer_id} if args.deployer_id else {}),
         log_dir=Path(args.log_dir) if args.log_dir else None,

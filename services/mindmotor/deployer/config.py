@@ -48,6 +48,7 @@ class DeployerConfig:
     reconcile_interval_s: float = 1.0
     rollout_timeout_s: float = 120.0       # a rollout's replicas must all be ready within this
     drain_timeout_s: float = 30.0          # local replicas: SIGTERM, then SIGKILL after this (+5 s)
+    orphan_grace_s: float = 30.0         # after a store reset: replicas no record names are kept this long
     restart_initial_s: float = 0.5         # crashed replicas: first restart delay, doubling ...
     restart_max_s: float = 30.0            # ... up to this
     lease_ttl_s: float = 2.0               # the owner lease; a standby takes over within 2 × this

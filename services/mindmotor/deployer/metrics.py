@@ -29,6 +29,10 @@ class DeployerMetrics:
                              ["deployment", "phase"], registry=r)
         self.passes = Histogram(p + "reconcile_duration_seconds", "Time of one reconcile pass",
                                 buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5), registry=r)
+        self.store_resets = Counter(p + "store_resets", "Times the store came back without its data (its epoch "
+                                    "changed); replicas no record names were kept for the orphan grace", registry=r)
+        self.kept_orphans = Gauge(p + "kept_orphans", "Replicas no deployment record names, kept after a store "
+                                  "reset until their specs are applied again or the grace passes", registry=r)
         self.errors = Counter(p + "reconcile_errors", "Reconcile passes that failed", ["reason"], registry=r)
         self.coordinator_reads = Counter(p + "coordinator_metrics_reads", "Reads of a coordinator's /metrics for "
                                          "canary analysis, by outcome (ok, failed)", ["outcome"], registry=r)

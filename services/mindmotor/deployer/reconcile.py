@@ -16,6 +16,13 @@ only while this deployer holds the owner lease, when several share one store):
 5. forget a deleted deployment once nothing of it runs and its traffic entry is gone;
 6. publish the status (per version: desired, running, ready, restarts, weight) and the metrics.
 
+A store that lost its data (a Redis restarted empty or flushed: its epoch changed,
+common/store_epoch.py; or a deployer that adopted running replicas finding a store with no epoch
+at all) holds no deployment records, yet every replica still runs: then replicas that no record
+names are kept, not removed, for `orphan_grace_s` — time for the specs to be applied again (`up`
+does within 2 s) — and removed only if they are still orphans after it. Counted in
+`mindmotor_deployer_store_resets_total`; the replicas so kept in `mindmotor_deployer_kept_orphans`.
+
 Idempotent: a pass that finds everything as it should be does nothing. Every action is logged with
 its deployment and version and counted in `mindmotor_deployer_reconcile_actions_total`.
 """
@@ -30,6 +37,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from mindmotor.common.store import StoreUnavailable
+from mindmotor.common.store_epoch import store_epoch
 
 from . import rollout
 from .analysis import AnalysisSettings, judge
@@ -44,6 +52,7 @@ from .store import REMOVE, DeploymentStore
 log = logging.getLogger("mindmotor.deployer")
 
 REPUSH_S = 2.0          # weights the table does not show yet are pushed again after this
+ORPHAN_GRACE_S = 30.0   # after a store reset: how long replicas no record names are kept
 
 
 @dataclass(frozen=True)
@@ -61,8 +70,11 @@ class Reconciler:
     def __init__(self, deployments: DeploymentStore, backend: Backend, controller: ControllerLink,
                  metrics: DeployerMetrics, interval_s: float = 1.0, backoff: RestartBackoff = RestartBackoff(),
                  clock: Callable[[], float] = time.time, active: Callable[[], bool] = lambda: True,
-                 coordinator_figures: CoordinatorFigures | None = None):
+                 coordinator_figures: CoordinatorFigures | None = None, orphan_grace_s: float = ORPHAN_GRACE_S):
         self.deployments = deployments
+        self.orphan_grace_s = orphan_grace_s
+        self._epoch: str | None = None
+        self.orphans_kept_until = 0.0                        # after a store reset: orphans kept till then
         self.active = active              # False: a standby deployer (another one holds the owner lease)
         self.backend = backend
         self.controller = controller
@@ -113,9 +125,11 @@ class Reconciler:
                 pass
 
     async def reconcile_once(self) -> None:
+        epoch, created = await store_epoch(self.deployments.store)
         records = await self.deployments.list()
         replicas = await self.backend.observe()
         now = self.clock()
+        self._watch_epoch(epoch, created, replicas, now)
         if any(self._analysed(r) for r in records):
             await self.coordinator_figures.sample()
         for record in records:
@@ -265,8 +279,25 @@ class Reconciler:
             log.info("removing a version", extra={"deployment": deployment, "version": version})
 
     async def _remove_orphans(self, names: set[str], replicas: list[Replica]) -> None:
-        for deployment, version in sorted({r.key for r in replicas if r.deployment not in names}):
+        orphans = sorted({r.key for r in replicas if r.deployment not in names})
+        if orphans and self.clock() < self.orphans_kept_until:
+            self.metrics.kept_orphans.set(sum(1 for r in replicas if r.deployment not in names))
+            return
+        self.metrics.kept_orphans.set(0)
+        for deployment, version in orphans:
             await self._remove(deployment, version, replicas)
+
+    def _watch_epoch(self, epoch: str, created: bool, replicas: list[Replica], now: float) -> None:
+        """A store that lost its data: keep the orphans for the grace period (see the top)."""
+        first = self._epoch is None
+        reset = (not first and epoch != self._epoch) or (first and created and bool(replicas))
+        self._epoch = epoch
+        if not reset:
+            return
+        self.orphans_kept_until = now + self.orphan_grace_s
+        self.metrics.store_resets.inc()
+        log.warning("the store lost its data; replicas no record names are kept until their specs come back",
+                    extra={"grace_s": self.orphan_grace_s, "replicas": len(replicas)})
 
     # ---- 5. deletions -----------------------------------------------------------------------
     async def _forget_deleted(self, records: list[DeploymentRecord], replicas: list[Replica]) -> None:

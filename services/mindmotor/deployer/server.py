@@ -66,7 +66,8 @@ class DeployerServer:
                                      config.reconcile_interval_s,
                                      RestartBackoff(config.restart_initial_s, config.restart_max_s),
                                      active=lambda: self.elector.is_leader,
-                                     coordinator_figures=self.coordinator_figures)
+                                     coordinator_figures=self.coordinator_figures,
+                                     orphan_grace_s=config.orphan_grace_s)
         self.deployments = Deployments(DeploymentStore(self.store), on_change=self.reconciler.poke,
                                        rollout_timeout_s=config.rollout_timeout_s,
                                        analysis=config.analysis_defaults)

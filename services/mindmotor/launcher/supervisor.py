@@ -10,6 +10,9 @@ stops the others.
         supervisor.check()                    # notices deaths, restarts when due, sees restarts ready
     supervisor.stop(["coordinator", "deployer", "controller"])
 
+Processes handed to this one (it is a child subreaper under `up`: a dead deployer's replicas)
+are reaped in `check` once they exit; the services' own children are left to `subprocess`.
+
 Children are started from the thread that calls `start` and `check` (the kernel sends them SIGTERM
 when that thread ends): call both from the main thread.
 """
@@ -27,6 +30,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from mindmotor.deployer.backoff import RestartBackoff
 
 from .process import ChildProcess
+from .subreaper import reap_orphans
 
 log = logging.getLogger("mindmotor.up")
 
@@ -102,6 +106,7 @@ class Supervisor:
 
     def check(self) -> None:
         now = self.clock()
+        reap_orphans(keep={s.child.proc.pid for s in self.services.values() if s.child is not None})
         for service in self.services.values():
             if service.state in (STARTING, RUNNING) and not service.child.alive():
                 self._died(service, now)

@@ -12,17 +12,19 @@ same ports (`Supervisor`: backoff, counted, logged); one death never stops the p
 Secrets (API keys, the admin token, the Redis URL) reach the services through their environment,
 built in one place (`child_env`), never through their command lines.
 
-A deployer that dies takes its workers with it (the kernel SIGKILLs them: they cannot be
-supervised by anyone else, and a worker left running would register under the same instance id as
-its replacement); the coordinator carries their in-flight streams over as for any dead worker, and
-the restarted deployer starts the replicas again — from Redis if `redis_url` is set (rollouts in
+A deployer that dies costs no worker: `up` is the child subreaper of everything it starts
+(`subreaper.py`) and the deployer's replicas are started as `up`'s (MINDMOTOR_REPLICA_ANCHOR:
+their parent is `up`, they die with `up`), so they go on serving while the deployer is down and the
+restarted deployer adopts them from its replica records (deployer/backends/local.py); `up` reaps
+the ones that exit meanwhile. Deployments come back from Redis if `redis_url` is set (rollouts in
 progress survive), else from the config, which `up` applies again (a rollout since the start is
-forgotten).
+forgotten; the deployer keeps the replicas it adopted until then — its orphan grace).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import tempfile
 import threading
@@ -38,6 +40,7 @@ from mindmotor.deployer.spec import DeploymentSpec
 from .config import PlatformConfig
 from .deployments import deployment_specs
 from .process import ChildProcessError
+from .subreaper import become_subreaper
 from .supervisor import RUNNING, Service, Supervisor, UpMetrics
 
 log = logging.getLogger("mindmotor.up")
@@ -63,6 +66,12 @@ def child_env(service: str, config: PlatformConfig) -> dict[str, str | None]:
                       "MINDMOTOR_REDIS_URL": config.redis_url},
     }[service]
     return {name: wanted.get(name) for name in SECRET_VARIABLES}
+
+
+def replica_anchor_env(service: str) -> dict[str, str]:
+    """The deployer's replicas belong to `up` (it adopts them, they die with it): its pid for the
+    deployer's local backend."""
+    return {"MINDMOTOR_REPLICA_ANCHOR": str(os.getpid())} if service == DEPLOYER else {}
 
 
 class Platform:
@@ -118,12 +127,14 @@ class Platform:
         return args + cfg.coordinator_args
 
     def _service(self, name: str, args, ready_prefix: str, stop_timeout_s: float = 30.0, on_ready=None) -> Service:
-        return Service(name, args, ready_prefix, env=child_env(name, self.config), stop_timeout_s=stop_timeout_s,
+        env = {**child_env(name, self.config), **replica_anchor_env(name)}
+        return Service(name, args, ready_prefix, env=env, stop_timeout_s=stop_timeout_s,
                        **({"on_ready": on_ready} if on_ready else {}))
 
     # ---- start ----------------------------------------------------------------------------
     def start(self) -> None:
         cfg, timeout = self.config, self.config.ready_timeout_s
+        become_subreaper()          # before any child: the deployer's replicas are then up's (see above)
         self._metrics_http, self.metrics_port = self.metrics.serve(cfg.host, self.ports.metrics)
         controller = self.supervisor.start(self._service(CONTROLLER, self._controller_args,
                                                          "MINDMOTOR_CONTROLLER_READY"), timeout)
