@@ -2,7 +2,8 @@
 the module, configured with explicit ports, API keys and an admin token. Workers are SIGKILLed
 during greedy streams (every stream still equals an undisturbed run, the platform answers
 throughout, a replacement becomes routable each time); the coordinator, the controller and the
-deployer are SIGKILLed (back within seconds, `up` keeps running); a canary rollout goes through
+deployer are SIGKILLed (back within seconds, `up` keeps running; the deployer's workers outlive it
+and are adopted); a canary rollout goes through
 `mindmotor deploy` against up's deployer; no secret is on any process's command line."""
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ def platform(e2e_model, tmp_path_factory):
         "ports": {"controller": controller, "controller_admin": admin, "deployer": deployer,
                   "deployer_metrics": deployer_metrics, "metrics": metrics},
         "restart_backoff_s": 0.2, "stable_after_s": 2.0,
+        "liveness": {"interval_s": 0.5, "timeout_s": 2.0, "failures": 3},
         # realtime steps of an emulated 7B model: a stream lasts long enough to be killed in
         "models": [{"path": str(e2e_model), "name": "faults", "workers": 2, "timing": "realtime",
                     "emulate": "qwen2-7b", "extra_args": ["--max-model-len", "512"]}],
@@ -223,6 +225,12 @@ def test_no_secret_on_any_command_line_and_the_services_use_them(platform, e2e_m
     for pid in [platform.proc.pid, *pids]:
         line = " ".join(cmdline(pid))
         assert API_KEY not in line and ADMIN_TOKEN not in line and "redis://" not in line
+    for pid in service_pids(platform, "worker"):          # workers get an allow-listed environment
+        environ = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace").split("\0")
+        names = {item.split("=", 1)[0] for item in environ}
+        assert ADMIN_TOKEN not in " ".join(environ) and not names & {"MINDMOTOR_ADMIN_TOKEN", "MINDMOTOR_REDIS_URL",
+                                                                      "MINDMOTOR_API_KEYS"}
+        assert "PATH" in names
     url = platform.ready["url"]
     body = {"model": e2e_model.name, "prompt": "x", "max_tokens": 1}
     assert httpx.post(f"{url}/v1/completions", json=body, timeout=30).status_code == 401
@@ -289,14 +297,54 @@ def test_the_coordinator_and_the_controller_come_back_after_sigkill(platform, e2
     assert after["controller"] == before.get("controller", 0) + 1
 
 
-def test_a_killed_deployer_is_restarted_and_its_workers_replaced(platform, e2e_model):
+def test_a_frozen_controller_is_killed_and_restarted(platform, e2e_model):
+    """SIGSTOP: alive but answering nothing. Its liveness probe fails, up SIGKILLs and restarts it."""
+    (pid,) = service_pids(platform, "controller")
+    before = restarts(platform).get("controller", 0)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_until(lambda: service_pids(platform, "controller") not in ([], [pid]), timeout=BACK_WITHIN_S,
+                   interval=0.2, what="the frozen controller replaced")
+    finally:
+        if os.path.exists(f"/proc/{pid}"):
+            os.kill(pid, signal.SIGCONT)
+    wait_until(lambda: completes(platform, e2e_model.name) and len(instances(platform)) == 2,
+               timeout=BACK_WITHIN_S, interval=0.2, what="the platform serving with both workers again")
+    text = httpx.get(f"http://127.0.0.1:{platform.ready['metrics_port']}/metrics", timeout=5).text
+    assert 'mindmotor_up_liveness_kills_total{service="controller"} 1.0' in text
+    assert restarts(platform)["controller"] == before + 1
+    assert platform.alive()
+
+
+def test_a_killed_deployer_is_restarted_and_adopts_its_workers(platform, e2e_model):
+    """The workers outlive the deployer (they are up's): the same processes serve throughout, every
+    request succeeds, and the restarted deployer (in memory: up applies the deployment again)
+    adopts them instead of starting new ones."""
+    from mindmotor.deployer.client import DeployerClient
+
     (deployer,) = service_pids(platform, "deployer")
     workers = service_pids(platform, "worker")
-    kill(deployer)
-    wait_until(lambda: not any(p in descendants(platform.proc.pid) for p in workers), timeout=10,
-               interval=0.2, what="the dead deployer's workers gone")
-    wait_until(lambda: len(set(service_pids(platform, "worker")) - set(workers)) == 2
-               and len(routable(platform)) == 2 and completes(platform, e2e_model.name),
-               timeout=60, interval=0.2, what="two new workers serving")
+    addresses = {i: v["address"] for i, v in instances(platform).items()}
+    before = restarts(platform).get("deployer", 0)
+
+    def adopted() -> bool:
+        if service_pids(platform, "deployer") in ([], [deployer]):
+            return False
+        try:
+            with DeployerClient(f"127.0.0.1:{platform.ready['deployer_port']}", ADMIN_TOKEN, timeout_s=3) as c:
+                version = c.get("faults").versions[0]
+        except Exception:  # noqa: BLE001 — not back yet
+            return False
+        return (version.version, version.running, version.ready, version.restarts) == ("v1", 2, 2, 0)
+
+    with Prober(platform.ready["url"], e2e_model.name) as prober:
+        kill(deployer)
+        wait_until(adopted, timeout=BACK_WITHIN_S, interval=0.2, what="the restarted deployer running both workers")
+        assert completes(platform, e2e_model.name)
+    assert service_pids(platform, "worker") == workers
+    assert {i: v["address"] for i, v in instances(platform).items()} == addresses
+    assert prober.codes and set(prober.codes) == {200}, prober.codes
+    log = (Path(platform.config["log_dir"]) / "deployer.log").read_text()
+    assert log.count('"replica adopted"') >= 2
     assert platform.alive()
-    assert restarts(platform)["deployer"] == 1
+    assert restarts(platform)["deployer"] == before + 1

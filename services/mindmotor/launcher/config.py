@@ -19,6 +19,11 @@ log_dir: null            # default: a temporary directory (printed at start)
 restart_backoff_s: 0.5   # a service or worker that died is started again after this, doubling ...
 restart_backoff_max_s: 30  # ... with each death soon after its start, up to this
 stable_after_s: 10       # a service that ran this long before it died starts the doubling afresh
+liveness:                # a service alive but not answering (SIGSTOPped, stuck) is SIGKILLed and restarted
+  enabled: true
+  interval_s: 2          # between probes (coordinator /health, controller admin /health, deployer /metrics)
+  timeout_s: 3           # one probe's HTTP timeout
+  failures: 3            # probes in a row without an answer before the kill
 models:                  # each is one deployment of the Deployer (version v1), its workers the replicas
   - path: null           # checkpoint directory; null: the bundled demo model
     name: null           # the deployment's name; null: from the model's directory name
@@ -44,6 +49,8 @@ from pathlib import Path
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .liveness import LivenessSettings
 
 ROLES = ("mixed", "prefill", "decode")
 
@@ -108,6 +115,7 @@ class PlatformConfig(BaseModel):
     restart_backoff_s: float = Field(0.5, gt=0)
     restart_backoff_max_s: float = Field(30.0, gt=0)
     stable_after_s: float = Field(10.0, ge=0)
+    liveness: LivenessSettings = Field(default_factory=LivenessSettings)
     controller_args: list[str] = []
     deployer_args: list[str] = []
     coordinator_args: list[str] = []

@@ -2,7 +2,8 @@
 service that dies is started again with the same command line (so on the same ports), after a
 backoff that doubles with each death soon after its start; every death and restart is logged as a
 JSON line and counted (`mindmotor_up_restarts_total{service}` on `up`'s /metrics). One death never
-stops the others.
+stops the others. A service that stays alive but stops answering its liveness probe (liveness.py:
+SIGSTOPped, stuck) is SIGKILLed and restarted the same way.
 
     supervisor = Supervisor(log_dir, backoff, stable_after_s, metrics)
     controller = supervisor.start(Service("controller", args=lambda: [...], ready_prefix=...), timeout_s=60)
@@ -20,6 +21,7 @@ when that thread ends): call both from the main thread.
 from __future__ import annotations
 
 import logging
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +31,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from mindmotor.deployer.backoff import RestartBackoff
 
+from .liveness import LivenessProbe
 from .process import ChildProcess
 from .subreaper import reap_orphans
 
@@ -46,6 +49,7 @@ class Service:
     stop_timeout_s: float = 30.0
     program: list[str] | None = None        # None: `python -m mindmotor.cli` (tests run other programs)
     on_ready: Callable[["Service"], None] = lambda service: None   # after every restart's ready line
+    liveness: LivenessProbe | None = None   # None: only a death is noticed (liveness.py)
     child: ChildProcess | None = None
     state: str = STARTING
     started_at: float = 0.0
@@ -65,6 +69,8 @@ class UpMetrics:
                                 ["service"], registry=self.registry)
         self.deaths = Counter("mindmotor_up_deaths", "Supervised services that exited without being asked to",
                               ["service"], registry=self.registry)
+        self.liveness_kills = Counter("mindmotor_up_liveness_kills", "Services SIGKILLed (then restarted) after "
+                                      "failing their liveness probe", ["service"], registry=self.registry)
         self.up = Gauge("mindmotor_up_service_up", "1 while the service runs and has printed its ready line",
                         ["service"], registry=self.registry)
 
@@ -103,6 +109,8 @@ class Supervisor:
     def _running(self, service: Service) -> None:
         service.state = RUNNING
         self.metrics.up.labels(service.name).set(1)
+        if service.liveness is not None:
+            service.liveness.reset(self.clock())
 
     def check(self) -> None:
         now = self.clock()
@@ -114,11 +122,24 @@ class Supervisor:
                 service.restarts += 1
                 self.metrics.restarts.labels(service.name).inc()
                 self._spawn(service)
+            elif service.state == RUNNING and service.liveness is not None and service.liveness.poll(now):
+                self._unresponsive(service)
             elif service.state == STARTING and service.child.poll_ready():
                 self._running(service)
                 log.info("service restarted", extra={"child": service.name, "restarts": service.restarts,
                                                       "pid": service.child.proc.pid, **service.ready})
                 service.on_ready(service)
+
+    def _unresponsive(self, service: Service) -> None:
+        """Alive but not answering (frozen, stuck): SIGKILL it; the next pass restarts it as for
+        any death."""
+        probe = service.liveness
+        self.metrics.liveness_kills.labels(service.name).inc()
+        log.error("service does not answer its liveness probe; killing it", extra={
+            "child": service.name, "pid": service.child.proc.pid, "probes_failed": probe.misses,
+            "url": probe.url(), "timeout_s": probe.settings.timeout_s})
+        service.child.signal(signal.SIGKILL)
+        service.child.proc.wait()
 
     def _died(self, service: Service, now: float) -> None:
         code = service.child.proc.returncode

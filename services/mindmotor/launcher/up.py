@@ -6,7 +6,9 @@ rollout ...` works against this platform as against any other.
 Start: controller → coordinator → deployer (it reads the coordinator's /metrics to judge canaries)
 → the config's deployments applied to it; ready (the line `MINDMOTOR_UP_READY ...` with every port)
 when the coordinator's /health sees every worker routable. While it runs, a controller, deployer or coordinator that dies is started again on the
-same ports (`Supervisor`: backoff, counted, logged); one death never stops the platform. Stop
+same ports (`Supervisor`: backoff, counted, logged); one death never stops the platform. One that
+is alive but does not answer its liveness probe (SIGSTOPped, stuck: `liveness.py`) is SIGKILLed and
+restarted the same way. Stop
 (Ctrl-C or SIGTERM): coordinator (finishes its streams) → deployer (its workers drain) → controller.
 
 Secrets (API keys, the admin token, the Redis URL) reach the services through their environment,
@@ -40,6 +42,7 @@ from mindmotor.deployer.spec import DeploymentSpec
 from .config import PlatformConfig
 from .deployments import deployment_specs
 from .process import ChildProcessError
+from .liveness import LivenessProbe
 from .subreaper import become_subreaper
 from .supervisor import RUNNING, Service, Supervisor, UpMetrics
 
@@ -129,7 +132,16 @@ class Platform:
     def _service(self, name: str, args, ready_prefix: str, stop_timeout_s: float = 30.0, on_ready=None) -> Service:
         env = {**child_env(name, self.config), **replica_anchor_env(name)}
         return Service(name, args, ready_prefix, env=env, stop_timeout_s=stop_timeout_s,
+                       liveness=LivenessProbe(self.config.liveness, self._liveness_url(name)),
                        **({"on_ready": on_ready} if on_ready else {}))
+
+    def _liveness_url(self, service: str):
+        """What the service's own server answers (liveness.py): asked at each probe (ports are
+        known once it is ready)."""
+        host = self.config.host
+        return {CONTROLLER: lambda: f"http://{host}:{self.ports.controller_admin}/health",
+                COORDINATOR: lambda: f"http://{host}:{self.port}/health",
+                DEPLOYER: lambda: f"http://{host}:{self.ports.deployer_metrics}/metrics"}[service]
 
     # ---- start ----------------------------------------------------------------------------
     def start(self) -> None:
