@@ -5,7 +5,7 @@ service that sees that must not take the empty store for "nothing should run".
 
     epoch, created = await store_epoch(store)
 
-The same layout the controller's registry keeps its epoch in (the controller holds on to its last
+The one mechanism for it: the controller's registry reads its epoch here (and holds on to its last
 good routing table across such a reset; the deployer keeps its replicas: deployer/reconcile.py).
 """
 

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
 from mindmotor.common.store import Store
+from mindmotor.common.store_epoch import store_epoch
 from mindmotor.protocol import controller_pb2
 
 from . import states
@@ -31,7 +31,6 @@ log = logging.getLogger("mindmotor.controller")
 INSTANCES = "instances"
 VERSION_KEY = "routing:version"
 CHANGES_CHANNEL = "routing:changes"
-STORE_HASH, EPOCH_FIELD = "store", "epoch"
 MAX_ATTEMPTS = 50
 DELETE = object()   # returned by an update function: remove the record
 
@@ -65,14 +64,9 @@ class Registry:
         return int(await self.store.get(VERSION_KEY) or 0)
 
     async def epoch(self) -> str:
-        """The store's epoch; written (a new random id) if the store has none."""
-        current = await self.store.hget(STORE_HASH, EPOCH_FIELD)
-        if current is None:
-            candidate = uuid.uuid4().hex
-            if await self.store.hcompare_and_set(STORE_HASH, EPOCH_FIELD, None, candidate):
-                return candidate
-            current = await self.store.hget(STORE_HASH, EPOCH_FIELD)
-        return current
+        """The store's epoch; written (a new random id) if the store has none (common/store_epoch.py,
+        the one mechanism: the deployer watches its own store's the same way)."""
+        return (await store_epoch(self.store))[0]
 
     # ---- writes -------------------------------------------------------------------------
     async def update(self, instance_id: str, change: Callable[[InstanceRecord], object]
