@@ -1,6 +1,8 @@
 """Canary analysis judges a version on the errors it caused: through the real coordinator and
-real workers, a 429 `instances_busy` and a worker's 400 are not counted in
-`mindmotor_coordinator_version_errors_total`; a request the engine fails (a 500) is."""
+real workers, a 429 `instances_busy` and a client's bad parameter (400) are not counted in
+`mindmotor_coordinator_version_errors_total`; a request the engine fails (a 500) is. (A 400 the
+instance gives a request the coordinator accepted is the version's: tests/deployer/
+test_safe_rollouts.py rolls such a canary back.)"""
 
 from __future__ import annotations
 
@@ -41,6 +43,11 @@ def test_busy_and_client_errors_are_not_the_versions_fault_but_engine_failures_a
         assert ok.status_code == 200, ok.text
         wait_until(lambda: counts(c, model_name)[0] == 2, what="the good request counted")
         assert counts(c, model_name) == (2, 0)
+        bad = post(c, {"model": model_name, "prompt": "x", "max_tokens": 2, "seed": -1})
+        assert bad.status_code == 400, bad.text
+        ok = post(c, {"model": model_name, "prompt": "x", "max_tokens": 2})
+        wait_until(lambda: counts(c, model_name)[0] == 3, what="the next good request counted")
+        assert counts(c, model_name) == (3, 0)                 # the 400 is nobody's version error
     finally:
         c.stop()
         busy.stop()

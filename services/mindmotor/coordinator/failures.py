@@ -42,6 +42,13 @@ FAILED_THERE = frozenset({grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN, grp
 INSTANCE_FAILURES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED})
 
 
+class RefusedByInstance(BadRequest):
+    """A 400 the instance answered for a request this coordinator's own rules (the same ones,
+    engine/request_rules.py) accepted: the client gets a 400, but the refusal is the serving
+    version's doing (e.g. token ids outside a canary's own vocabulary), so canary analysis counts it
+    (coordinator/respond.py: `version_fault`)."""
+
+
 class WorkerFailure(Exception):
     """The attempt on one instance failed; another one may serve the request.
 
@@ -95,7 +102,7 @@ def classify(exc: grpc.aio.AioRpcError) -> Exception:
     details = exc.details() or ""
     reason = f"{code.name}: {details}"
     if code in REQUEST_ERRORS:
-        return BadRequest(details or "the worker refused the request",
+        return RefusedByInstance(details or "the worker refused the request",
                           param=worker_says(exc, PARAM_METADATA_KEY) or None, code="invalid_value")
     if is_own_cancellation(exc):
         return OwnCancellation(reason)

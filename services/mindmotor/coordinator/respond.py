@@ -12,8 +12,9 @@ choices are routed before the response starts), so they name the instances that 
 tokens — a stream moved to another instance later is named in the access log line, not the headers.
 The request is counted for the version of its first choice (`version_requests`, `version_errors`,
 `version_ttft` per choice: what canary analysis judges). Only errors the version caused count as its errors
-(`version_fault`): a 5xx, an instance failure; a client's 4xx (a bad parameter, a 429
-`instances_busy`) and a client that went away do not."""
+(`version_fault`): a 5xx, an instance failure, a 400 the instance gave a request the coordinator
+accepted; a client's own 4xx (a bad parameter, a 429 `instances_busy`) and a client that went away
+do not."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from starlette.responses import JSONResponse, Response
 from .admission import Ticket
 from .disconnect import until_disconnect
 from .errors import APIError, ClientGone
+from .failures import RefusedByInstance
 from .fanout import ChoiceSet
 from .generation import Piece, Usage
 from .metrics import CoordinatorMetrics
@@ -117,10 +119,13 @@ class ServedBy:
 
 
 def version_fault(exc: BaseException) -> bool:
-    """The serving version caused this error: a 5xx (anything unexpected becomes a 500) yes; a 4xx
-    (the request's own fault, or 429: every instance busy) and the client's going away no."""
+    """The serving version caused this error: a 5xx (anything unexpected becomes a 500) and a 400
+    the instance gave a request the coordinator's own rules accepted (`RefusedByInstance`) yes; any
+    other 4xx (the request's own fault, or 429: every instance busy) and the client's going away no."""
     if isinstance(exc, (asyncio.CancelledError, ClientGone)):
         return False
+    if isinstance(exc, RefusedByInstance):
+        return True
     if isinstance(exc, APIError):
         return exc.status >= 500
     return True
