@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import signal
+import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -179,8 +180,6 @@ class LocalBackend(Backend):
         return [(k, v) for k, v in self._replicas.items() if k[:2] == (deployment, version)]
 
     def _spawn(self, target: VersionTarget, slot: int, failures: int) -> None:
-        import sys
-
         deployment, version = target.key
         worker_id = instance_id(deployment, version, slot)
         args = worker_args(target, target.version.role_of(slot), self.controller, worker_id)
