@@ -96,3 +96,42 @@ def test_a_canary_survives_a_deployer_sigkill(up_on_redis, e2e_model):
         assert addresses(up_on_redis) == before
     wait_until(lambda: completes(url, e2e_model.name), timeout=30, interval=0.2, what="the platform serving again")
     assert up_on_redis.alive()
+
+
+def test_a_redis_back_empty_replaces_no_worker(e2e_model, tmp_path):
+    """A private Redis killed and started empty under `up`: the deployer sees its store's epoch
+    change, keeps the running replicas until `up` applies the deployment again and takes them over:
+    the same worker processes serve before and after, none restarted (counted as a store reset)."""
+    from mindmotor.common.redis_testing import RedisServer
+
+    with RedisServer() as server:
+        (tmp_path / "up.yaml").write_text(yaml.safe_dump({
+            "port": 0, "redis_url": server.url, "admin_token": TOKEN, "restart_backoff_s": 0.2,
+            "log_dir": str(tmp_path / "logs"), "models": [{"path": str(e2e_model), "name": "empty", "workers": 2,
+                                                           "timing": "virtual"}]}))
+        up = ChildProcess("up", ["up", "--config", str(tmp_path / "up.yaml")], "MINDMOTOR_UP_READY",
+                          tmp_path / "up.log")
+        try:
+            up.wait_ready(180)
+            url = up.ready["url"]
+            workers = service_pids(up, "worker")
+            assert len(workers) == 2 and completes(url, e2e_model.name)
+
+            server.restart()                                    # every key is gone
+            metrics = f"http://127.0.0.1:{up.ready['deployer_metrics_port']}/metrics"
+
+            def deployer_saw_it() -> bool:
+                try:
+                    return "mindmotor_deployer_store_resets_total 1.0" in httpx.get(metrics, timeout=5).text
+                except httpx.HTTPError:
+                    return False
+            wait_until(deployer_saw_it, timeout=30, interval=0.2, what="the deployer to see the store reset")
+            with DeployerClient(f"127.0.0.1:{up.ready['deployer_port']}", TOKEN, timeout_s=10) as client:
+                wait_until(lambda: (d := get(client, "empty")) is not None and
+                           [(v.running, v.restarts) for v in d.versions] == [(2, 0)], timeout=30, interval=0.2,
+                           what="up to apply the deployment again and the deployer to run the same two replicas")
+            wait_until(lambda: completes(url, e2e_model.name), timeout=30, interval=0.2, what="the platform serving")
+            assert service_pids(up, "worker") == workers          # nothing drained, nothing replaced
+            assert up.alive()
+        finally:
+            assert up.stop(90) == 0
