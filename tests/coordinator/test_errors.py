@@ -58,7 +58,8 @@ def test_invalid_completion_parameters_are_400(http, model_name, body, param, wo
      "messages.0.content"),
     ({"messages": "hi"}, "messages"),
     ({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}, "top_logprobs"),
-    ({"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"5": 1}}, "logit_bias"),
+    ({"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"x": 1}}, "logit_bias"),
+    ({"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"5": 101}}, "logit_bias"),
 ])
 def test_invalid_chat_parameters_are_400(http, model_name, body, param):
     error = assert_openai_error(http.post("/v1/chat/completions", json={"model": model_name, **body}), 400)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from mindmotor.engine.request_rules import InvalidRequest
+from mindmotor.engine.request_rules import InvalidRequest, check_logit_bias
 from mindmotor.engine.sampling_params import SamplingParams
 from mindmotor.protocol import worker_pb2 as pb
 
@@ -29,6 +29,11 @@ class SamplingOptions:
     frequency_penalty: float = 0.0
     logprobs: int | None = None          # top alternatives per token; 0: the chosen token only
     include_stop_str_in_output: bool = False
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: tuple[tuple[int, float], ...] = ()       # (token id, bias), frozen
+    allowed_token_ids: tuple[int, ...] | None = None
+    bad_words: tuple[str, ...] = ()
 
     def __post_init__(self):
         try:
@@ -36,6 +41,10 @@ class SamplingOptions:
                            stop_token_ids=list(self.stop_token_ids), ignore_eos=self.ignore_eos,
                            min_tokens=self.min_tokens, presence_penalty=self.presence_penalty,
                            frequency_penalty=self.frequency_penalty, logprobs=self.logprobs,
+                           min_p=self.min_p, repetition_penalty=self.repetition_penalty,
+                           logit_bias=dict(self.logit_bias),
+                           allowed_token_ids=None if self.allowed_token_ids is None else list(self.allowed_token_ids),
+                           bad_words=list(self.bad_words),
                            **{k: v for k, v in (("temperature", self.temperature), ("top_p", self.top_p))
                               if v is not None})
         except InvalidRequest as exc:
@@ -57,7 +66,11 @@ class SamplingOptions:
         p = pb.SamplingParams(top_k=self.top_k, stop=list(self.stop), stop_token_ids=list(self.stop_token_ids),
                               ignore_eos=self.ignore_eos, min_tokens=self.min_tokens,
                               presence_penalty=self.presence_penalty, frequency_penalty=self.frequency_penalty,
-                              include_stop_str_in_output=self.include_stop_str_in_output)
+                              include_stop_str_in_output=self.include_stop_str_in_output, min_p=self.min_p,
+                              logit_bias=dict(self.logit_bias), allowed_token_ids=list(self.allowed_token_ids or ()),
+                              bad_words=list(self.bad_words))
+        if self.repetition_penalty != 1.0:
+            p.repetition_penalty = self.repetition_penalty
         if self.max_tokens is not None:
             p.max_tokens = self.max_tokens
         if self.temperature is not None:
@@ -79,4 +92,16 @@ def sampling_from_request(body, max_tokens: int | None, logprobs: int | None) ->
         top_k=body.top_k if body.top_k is not None else -1, seed=body.seed, stop=tuple(body.stop or ()),
         stop_token_ids=tuple(body.stop_token_ids or ()), ignore_eos=body.ignore_eos, min_tokens=body.min_tokens,
         presence_penalty=body.presence_penalty, frequency_penalty=body.frequency_penalty, logprobs=logprobs,
-        include_stop_str_in_output=body.include_stop_str_in_output)
+        include_stop_str_in_output=body.include_stop_str_in_output,
+        min_p=body.min_p if body.min_p is not None else 0.0,
+        repetition_penalty=body.repetition_penalty if body.repetition_penalty is not None else 1.0,
+        logit_bias=_logit_bias(body.logit_bias),
+        allowed_token_ids=None if body.allowed_token_ids is None else tuple(body.allowed_token_ids),
+        bad_words=tuple(body.bad_words or ()))
+
+
+def _logit_bias(bias) -> tuple[tuple[int, float], ...]:
+    try:
+        return tuple(sorted(check_logit_bias(bias).items()))
+    except InvalidRequest as exc:
+        raise BadRequest(exc.message, param=exc.param, code=exc.code) from None

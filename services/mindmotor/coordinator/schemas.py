@@ -3,16 +3,20 @@ models: types and ranges are checked here, so a bad field is a 400 naming it. Re
 as plain dicts (formats in `completion_format` and `chat_format`). Unknown fields are ignored.
 
 Extensions to OpenAI's fields (vLLM's names): `top_k`, `ignore_eos`, `min_tokens`, `priority`
-(lower runs first), `stop_token_ids`, `include_stop_str_in_output`.
+(lower runs first), `stop_token_ids`, `include_stop_str_in_output`, `min_p`, `repetition_penalty`,
+`allowed_token_ids`, `bad_words`. Fields that would change the output but are not implemented
+are refused by name (`unsupported`).
 """
 
 from __future__ import annotations
 
 from typing import Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
 from mindmotor.engine.request_rules import INT32_MAX, INT64_MAX
+
+from .unsupported import refuse_unsupported
 
 MAX_STOP = 16
 MAX_LOGPROBS = 20
@@ -46,6 +50,10 @@ class _Sampling(_Body):
     priority: int = Field(0, ge=-(2**31), le=INT32_MAX)
     include_stop_str_in_output: StrictBool = False
     logit_bias: dict[str, float] | None = None
+    min_p: float | None = Field(None, ge=0.0, le=1.0)
+    repetition_penalty: float | None = Field(None, gt=0.0, le=2.0)
+    allowed_token_ids: list[int] | None = None
+    bad_words: list[str] | None = None
 
     @field_validator("stop")
     @classmethod
@@ -57,12 +65,11 @@ class _Sampling(_Body):
             raise ValueError("stop sequences must not be empty")
         return stops
 
-    @field_validator("logit_bias")
+    @model_validator(mode="before")
     @classmethod
-    def _logit_bias(cls, value):
-        if value:
-            raise ValueError("logit_bias is not supported")
-        return value
+    def _refuse_unsupported(cls, data):
+        refuse_unsupported(data, chat=cls.__name__.startswith("Chat"))
+        return data
 
     @property
     def include_usage(self) -> bool:

@@ -186,6 +186,7 @@ class LLMEngine:
             if not ids:
                 raise RequestError("the prompt is empty", param="prompt")
             check_token_ids(params.stop_token_ids, "stop_token_ids", self.model.config.vocab_size)
+            params = self._resolve_token_rules(params)
             max_tokens = resolve_max_tokens(len(ids), params.max_tokens, params.min_tokens, self.max_model_len)
             if max_tokens != params.max_tokens:
                 params = SamplingParams(**{**params.__dict__, "max_tokens": max_tokens})
@@ -196,6 +197,24 @@ class LLMEngine:
         except InvalidRequest as exc:           # the shared rules' error, as the engine's
             raise RequestError(exc.message, param=exc.param, code=exc.code) from None
         return ids, params
+
+    def _resolve_token_rules(self, params: SamplingParams) -> SamplingParams:
+        """The params with their token ids checked against this vocabulary (logit_bias,
+        allowed_token_ids) and `bad_words` tokenized — each word alone and after a space, as a
+        word inside a sentence is spelled."""
+        vocab = self.model.config.vocab_size
+        check_token_ids(params.logit_bias, "logit_bias token ids", vocab, param="logit_bias")
+        if params.allowed_token_ids is not None:
+            check_token_ids(params.allowed_token_ids, "allowed_token_ids", vocab)
+        if params.bad_words and not params.bad_words_token_ids:
+            variants: dict[tuple[int, ...], None] = {}
+            for word in params.bad_words:
+                for spelled in (word, " " + word.lstrip(" ")):
+                    ids = tuple(self.tokenizer.encode(spelled))
+                    if ids:
+                        variants[ids] = None
+            params = SamplingParams(**{**params.__dict__, "bad_words_token_ids": [list(v) for v in variants]})
+        return params
 
     def _token_ids(self, prompt: str | Seq[int]) -> list[int]:
         if isinstance(prompt, str):

@@ -1,7 +1,8 @@
 """`Sampler`: logits → next tokens, one row per sequence.
 
 Penalties (presence/frequency over the tokens generated so far, as OpenAI defines them), min_tokens
-(stop tokens masked until enough are out), then greedy, or temperature → top-k → top-p → a draw from
+(stop tokens masked until enough are out), repetition_penalty, logit_bias, allowed_token_ids and
+bad_words, then greedy, or temperature → min_p → top-k → top-p → a draw from
 the sequence's own generator (seeded per request, so a seed reproduces regardless of the batch).
 Logprobs are those of the model's raw distribution, as OpenAI reports them.
 """
@@ -82,14 +83,18 @@ class Sampler:
         copied = False
         for i, seq in enumerate(seqs):
             p = seq.params
-            penalize = (p.presence_penalty or p.frequency_penalty) and seq.output_token_ids
+            penalize = bool((p.presence_penalty or p.frequency_penalty) and seq.output_token_ids)
             mask_stops = seq.num_output_tokens < p.min_tokens
-            if not (penalize or mask_stops):
+            shape = bool(p.repetition_penalty != 1.0 or p.logit_bias or p.allowed_token_ids is not None
+                         or p.bad_words_token_ids)
+            if not (penalize or mask_stops or shape):
                 continue
             if not copied:
                 logits, copied = logits.copy(), True
             try:
                 self._penalize_row(logits, i, seq, penalize, mask_stops)
+                if shape:
+                    self._shape_row(logits, i, seq)
             except Exception as exc:  # noqa: BLE001 - this row's request fails alone
                 errors[i] = exc
         return logits
@@ -104,9 +109,37 @@ class Sampler:
             if stop_ids:
                 logits[i, stop_ids] = -np.inf
 
+    @staticmethod
+    def _shape_row(logits: np.ndarray, i: int, seq: Sequence) -> None:
+        """vLLM's repetition penalty (over prompt and output: a positive logit divided by it, a
+        negative one multiplied), logit_bias, allowed_token_ids, then bad_words: a word's last
+        token is masked when the output so far ends with the tokens before it."""
+        p = seq.params
+        row = logits[i]
+        if p.repetition_penalty != 1.0:
+            seen = np.unique(np.asarray(seq.all_token_ids))
+            vals = row[seen]
+            row[seen] = np.where(vals > 0, vals / p.repetition_penalty, vals * p.repetition_penalty)
+        if p.logit_bias:
+            ids = np.fromiter(p.logit_bias.keys(), dtype=np.int64, count=len(p.logit_bias))
+            row[ids] += np.fromiter(p.logit_bias.values(), dtype=row.dtype, count=len(p.logit_bias))
+        if p.allowed_token_ids is not None:
+            keep = np.full(row.shape[0], -np.inf, dtype=row.dtype)
+            allowed = np.asarray(p.allowed_token_ids, dtype=np.int64)
+            keep[allowed] = row[allowed]
+            row[:] = keep
+        out = seq.output_token_ids
+        for word in p.bad_words_token_ids:
+            prefix = word[:-1]
+            if not prefix or (len(out) >= len(prefix) and out[len(out) - len(prefix):] == prefix):
+                row[word[-1]] = -np.inf
+
     def _sample_row(self, row: np.ndarray, seq: Sequence) -> int:
         p = seq.params
         row = row.astype(np.float64) / p.temperature
+        if p.min_p > 0.0:
+            probs = np.exp(row - row.max())
+            row = np.where(probs >= p.min_p * probs.max(), row, -np.inf)
         candidates = np.arange(row.shape[0])
         if 0 < p.top_k < row.shape[0]:
             candidates = np.argpartition(-row, p.top_k - 1)[:p.top_k]

@@ -28,13 +28,16 @@ def sampling_params_from_proto(p: pb.SamplingParams) -> SamplingParams:
     """Unset optional fields keep the engine's defaults, except max_tokens: unset means up to the
     model's context (the caller applies its API's default). ValueError (the engine's message)
     for out-of-range values."""
-    optional = {name: getattr(p, name) for name in ("temperature", "top_p", "seed", "logprobs")
+    optional = {name: getattr(p, name) for name in ("temperature", "top_p", "seed", "logprobs",
+                                                     "repetition_penalty")
                 if p.HasField(name)}
     return SamplingParams(
         max_tokens=p.max_tokens if p.HasField("max_tokens") else None, top_k=p.top_k, stop=list(p.stop), stop_token_ids=list(p.stop_token_ids),
         ignore_eos=p.ignore_eos, min_tokens=p.min_tokens, presence_penalty=p.presence_penalty,
         frequency_penalty=p.frequency_penalty, include_stop_str_in_output=p.include_stop_str_in_output,
-        **optional)
+        min_p=p.min_p, logit_bias=dict(p.logit_bias),
+        allowed_token_ids=list(p.allowed_token_ids) if p.allowed_token_ids else None,
+        bad_words=list(p.bad_words), **optional)
 
 
 def response_from_output(out: RequestOutput) -> pb.GenerateResponse:
