@@ -28,7 +28,8 @@ def assert_openai_error(response: httpx.Response, status: int, param: str | None
 @pytest.mark.parametrize("body, param, words", [
     ({"prompt": "hi", "temperature": 3}, "temperature", "less than or equal to 2"),
     ({"prompt": "hi", "top_p": 0}, "top_p", "greater than 0"),
-    ({"prompt": "hi", "max_tokens": 0}, "max_tokens", "greater than or equal to 1"),
+    ({"prompt": "hi", "max_tokens": 0}, "max_tokens", "only allowed with echo"),
+    ({"prompt": "hi", "max_tokens": -1}, "max_tokens", "greater than or equal to 0"),
     ({"prompt": "hi", "max_tokens": "many"}, "max_tokens", "valid integer"),
     ({"prompt": "hi", "n": 0}, "n", "greater than or equal to 1"),
     ({"prompt": "hi", "n": 1000}, "n", "at most"),
@@ -42,7 +43,8 @@ def assert_openai_error(response: httpx.Response, status: int, param: str | None
     ({"prompt": []}, "prompt", "empty"),
     ({"prompt": {"text": "hi"}}, "prompt", "valid"),
     ({}, "prompt", "Field required"),
-    ({"prompt": "hi", "echo": True, "logprobs": 1}, "echo", "not supported"),
+    ({"prompt": "hi", "echo": True, "max_tokens": 0, "min_tokens": 1}, "min_tokens", "must be 0"),
+    ({"prompt": "hi", "prompt_logprobs": 21}, "prompt_logprobs", "less than or equal to 20"),
 ])
 def test_invalid_completion_parameters_are_400(http, model_name, body, param, words):
     error = assert_openai_error(http.post("/v1/completions", json={"model": model_name, **body}), 400)

@@ -21,11 +21,15 @@ async def create_chat_completion(c: Coordinator, body: ChatCompletionRequest, re
     request.state.model = model.name
     if body.top_logprobs and not body.logprobs:
         raise BadRequest("top_logprobs requires logprobs to be true", param="top_logprobs")
+    if body.prompt_logprobs is not None and body.stream:
+        raise BadRequest("prompt_logprobs are not available when stream is true", param="prompt_logprobs")
     prompt = chat_prompt(body.messages, model.tokenizer, body.add_generation_prompt)
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
-    sampling = sampling_from_request(body, body.max_new_tokens, logprobs)
+    sampling = sampling_from_request(body, body.max_new_tokens, logprobs, body.prompt_logprobs)
     rid = request_id(request)
     fmt = ChatFormat(f"chatcmpl-{rid}", int(time.time()), model.name, model.tokens,
-                     body.logprobs, body.top_logprobs or 0, body.include_usage)
+                     body.logprobs, body.top_logprobs or 0, body.include_usage,
+                     prompt_logprobs=body.prompt_logprobs, as_ids=body.return_tokens_as_token_ids,
+                     prompt_token_ids=list(prompt.token_ids))
     return await generate(c, request, rid, model, [prompt], sampling, body.n, body.priority, fmt,
                           body.stream, body.include_usage)

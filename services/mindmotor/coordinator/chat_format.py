@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from .generation import Piece, Usage
-from .logprobs import TokenText, chat_logprobs
+from .logprobs import TokenText, chat_logprobs, vllm_prompt_logprobs
 from .results import ChoiceResult, usage_body
 
 OBJECT = "chat.completion"
@@ -13,7 +13,8 @@ CHUNK_OBJECT = "chat.completion.chunk"
 
 class ChatFormat:
     def __init__(self, response_id: str, created: int, model: str, tokens: TokenText, logprobs: bool,
-                 top_logprobs: int, include_usage: bool):
+                 top_logprobs: int, include_usage: bool, prompt_logprobs: int | None = None,
+                 as_ids: bool = False, prompt_token_ids: list[int] | None = None):
         self.response_id = response_id
         self.created = created
         self.model = model
@@ -21,6 +22,9 @@ class ChatFormat:
         self.logprobs = logprobs
         self.top_logprobs = top_logprobs
         self.include_usage = include_usage
+        self.prompt_logprobs = prompt_logprobs      # vLLM's field (not streamed), when asked
+        self.prompt_token_ids = prompt_token_ids
+        self.as_ids = as_ids
 
     def _chunk(self, index: int, delta: dict, finish_reason: str | None = None, logprobs=None,
                stop_reason=None) -> dict:
@@ -36,7 +40,7 @@ class ChatFormat:
     def _logprobs(self, entries) -> dict | None:
         if not self.logprobs:
             return None
-        return {"content": chat_logprobs(entries, self.tokens, self.top_logprobs), "refusal": None}
+        return {"content": chat_logprobs(entries, self.tokens, self.top_logprobs, self.as_ids), "refusal": None}
 
     def stream_start(self, index: int) -> list[dict]:
         return [self._chunk(index, {"role": "assistant", "content": ""})]
@@ -59,5 +63,10 @@ class ChatFormat:
                     "logprobs": self._logprobs(result.logprobs), "finish_reason": result.finish_reason,
                     "stop_reason": result.stop_reason}
                    for index, result in enumerate(results)]
-        return {"id": self.response_id, "object": OBJECT, "created": self.created, "model": self.model,
+        body = {"id": self.response_id, "object": OBJECT, "created": self.created, "model": self.model,
                 "system_fingerprint": None, "choices": choices, "usage": usage_body(usage)}
+        if self.prompt_logprobs is not None:
+            body["prompt_logprobs"] = vllm_prompt_logprobs(
+                self.prompt_token_ids[0], results[0].prompt_logprobs if results else [], self.tokens,
+                self.prompt_logprobs, self.as_ids)
+        return body

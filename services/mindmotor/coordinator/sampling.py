@@ -34,6 +34,7 @@ class SamplingOptions:
     logit_bias: tuple[tuple[int, float], ...] = ()       # (token id, bias), frozen
     allowed_token_ids: tuple[int, ...] | None = None
     bad_words: tuple[str, ...] = ()
+    prompt_logprobs: int | None = None   # per prompt token; 0: the prompt token only
 
     def __post_init__(self):
         try:
@@ -44,7 +45,7 @@ class SamplingOptions:
                            min_p=self.min_p, repetition_penalty=self.repetition_penalty,
                            logit_bias=dict(self.logit_bias),
                            allowed_token_ids=None if self.allowed_token_ids is None else list(self.allowed_token_ids),
-                           bad_words=list(self.bad_words),
+                           bad_words=list(self.bad_words), prompt_logprobs=self.prompt_logprobs,
                            **{k: v for k, v in (("temperature", self.temperature), ("top_p", self.top_p))
                               if v is not None})
         except InvalidRequest as exc:
@@ -81,11 +82,14 @@ class SamplingOptions:
             p.seed = self.seed
         if self.logprobs is not None:
             p.logprobs = self.logprobs
+        if self.prompt_logprobs is not None:
+            p.prompt_logprobs = self.prompt_logprobs
         return p
 
 
 
-def sampling_from_request(body, max_tokens: int | None, logprobs: int | None) -> SamplingOptions:
+def sampling_from_request(body, max_tokens: int | None, logprobs: int | None,
+                          prompt_logprobs: int | None = None) -> SamplingOptions:
     """The SamplingOptions of a completions or chat request body (`schemas._Sampling`)."""
     return SamplingOptions(
         max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p,
@@ -97,7 +101,7 @@ def sampling_from_request(body, max_tokens: int | None, logprobs: int | None) ->
         repetition_penalty=body.repetition_penalty if body.repetition_penalty is not None else 1.0,
         logit_bias=_logit_bias(body.logit_bias),
         allowed_token_ids=None if body.allowed_token_ids is None else tuple(body.allowed_token_ids),
-        bad_words=tuple(body.bad_words or ()))
+        bad_words=tuple(body.bad_words or ()), prompt_logprobs=prompt_logprobs)
 
 
 def _logit_bias(bias) -> tuple[tuple[int, float], ...]:

@@ -54,6 +54,8 @@ class _Sampling(_Body):
     repetition_penalty: float | None = Field(None, gt=0.0, le=2.0)
     allowed_token_ids: list[int] | None = None
     bad_words: list[str] | None = None
+    prompt_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    return_tokens_as_token_ids: StrictBool = False
 
     @field_validator("stop")
     @classmethod
@@ -81,7 +83,7 @@ PromptType = Union[str, list[str], list[int], list[list[int]]]
 
 class CompletionRequest(_Sampling):
     prompt: PromptType
-    max_tokens: int | None = Field(16, ge=1)
+    max_tokens: int | None = Field(16, ge=0)    # 0: with echo, score the prompt only
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
     echo: StrictBool = False
     suffix: str | None = None

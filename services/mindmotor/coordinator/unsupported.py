@@ -39,7 +39,6 @@ _COMMON: dict[str, tuple[Callable[[Any], bool], str]] = {
     "guided_whitespace_pattern": (_none_or_empty, STRUCTURED),
     "structured_outputs": (_none_or_empty, STRUCTURED),
     "structural_tag": (_none_or_empty, STRUCTURED),
-    "prompt_logprobs": (_is(None), "prompt_logprobs is not implemented on this server"),
     "use_beam_search": (_is(False), "beam search is not implemented"),
     "length_penalty": (_is(1.0), "length_penalty applies to beam search, which is not implemented"),
     "truncate_prompt_tokens": (_is(None), "truncate_prompt_tokens is not implemented"),

@@ -296,6 +296,8 @@ class LLMEngine:
                        priority=priority, max_total_tokens=self.max_model_len)
         seq.rng = np.random.default_rng(params.seed if params.seed is not None
                                         else int(self._rng.integers(2**63)))
+        # a resumed request sent its prompt logprobs from where it first ran
+        seq.wants_prompt_logprobs = params.prompt_logprobs is not None and resumed is None
         self.requests[request_id] = seq
         with self._undone_on_error(seq):
             self.outputs.add(seq)
@@ -362,6 +364,7 @@ class LLMEngine:
         here (their KV need not be pulled), or None when the pool has no room now. Then exactly one
         of `commit_kv` (the pulled KV) or `prefill_locally` must follow."""
         seq = self._new_sequence(request_id, None, None, priority, arrival_time, validated)
+        seq.wants_prompt_logprobs = False            # the prefill instance sent them
         with self._undone_on_error(seq):
             self.sampler.skip_draws(seq, 1)          # the prefill instance drew the first token
             if self.outputs.on_token(seq, first_token) is not None:
@@ -423,7 +426,9 @@ class LLMEngine:
                 return []
             logits, inp = self.runner.run(sched)
             seqs = [s.seq for s in inp.sampling]
-            tokens, logprobs, errors = self.sampler.sample(logits, seqs) if seqs else ([], [], {})
+            self._prompt_logprobs(logits[len(seqs):], inp.prompt_spans)
+            tokens, logprobs, errors = self.sampler.sample(logits[:len(seqs)], seqs) if seqs else ([], [], {})
+            errors.update({i: s.prompt_logprobs_error for i, s in enumerate(seqs) if s.prompt_logprobs_error})
             self._postprocess(sched, inp.sampling, tokens, logprobs, errors)
             self.device.run_step(inp.shape, started)
         except Exception as exc:  # noqa: BLE001 - the step's requests fail, the engine is checked
@@ -432,6 +437,20 @@ class LLMEngine:
             self.consecutive_step_failures = 0
             self.steps += 1
         return self._step_outputs
+
+    def _prompt_logprobs(self, rows: np.ndarray, spans) -> None:
+        """Append each span's prompt-token logprobs to its sequence. A sequence whose computation
+        raises keeps the error and fails alone when it samples."""
+        at = 0
+        for s, first, count in spans:
+            seq = s.seq
+            try:
+                tokens = seq.prompt_token_ids[first + 1:first + 1 + count]
+                seq.prompt_logprobs.extend(self.sampler.prompt_logprobs(
+                    rows[at:at + count], tokens, seq.params.prompt_logprobs or 0))
+            except Exception as exc:  # noqa: BLE001 - this request fails alone
+                seq.prompt_logprobs_error, seq.wants_prompt_logprobs = exc, False
+            at += count
 
     def _postprocess(self, sched, sampling, tokens, logprobs, errors=None) -> list[RequestOutput]:
         """Account for the step's computed tokens, then each sampled token; `errors`: the rows
@@ -470,7 +489,10 @@ class LLMEngine:
         elif finished is not None:
             self.scheduler.finish(seq, finished)
             self.requests.pop(seq.request_id, None)
-        self._step_outputs.append(self.outputs.make_output(seq, [token], [lp] if lp is not None else []))
+        out = self.outputs.make_output(seq, [token], [lp] if lp is not None else [])
+        if seq.wants_prompt_logprobs and not seq.prompt_logprobs_sent:
+            out.prompt_logprobs, seq.prompt_logprobs_sent = list(seq.prompt_logprobs), True
+        self._step_outputs.append(out)
 
     def _fail_request(self, seq: Sequence, exc: BaseException) -> None:
         """Finish `seq` with finish_reason "error" (its blocks freed); the others go on."""

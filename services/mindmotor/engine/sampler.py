@@ -21,6 +21,7 @@ class TokenLogprob:
     token_id: int
     logprob: float
     top: list[tuple[int, float]]  # (token id, logprob), most likely first
+    rank: int | None = None       # 1 + how many tokens are more likely (prompt tokens only)
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
@@ -154,6 +155,17 @@ class Sampler:
             keep = order[: int(np.searchsorted(cumulative, p.top_p) + 1)]
             candidates, probs = candidates[keep], probs[keep] / probs[keep].sum()
         return int(candidates[seq.rng.choice(len(probs), p=probs)])
+
+    @staticmethod
+    def prompt_logprobs(rows: np.ndarray, tokens: list[int], num_top: int) -> list[TokenLogprob]:
+        """rows: [len(tokens), vocab], the logits that predicted each token → each token's
+        logprob, rank and top alternatives (the model's raw distribution)."""
+        out = []
+        for row, token in zip(rows, tokens):
+            lp = Sampler._logprobs(row, int(token), num_top)
+            lp.rank = 1 + int((log_softmax(row.astype(np.float64)) > lp.logprob).sum())
+            out.append(lp)
+        return out
 
     @staticmethod
     def _logprobs(raw_row: np.ndarray, token: int, num_top: int) -> TokenLogprob:

@@ -33,6 +33,7 @@ class SamplingParams:
     allowed_token_ids: list[int] | None = None                   # only these may be sampled
     bad_words: list[str] = field(default_factory=list)           # never produced (their tokens)
     bad_words_token_ids: list[list[int]] = field(default_factory=list)   # set by the engine
+    prompt_logprobs: int | None = None  # per prompt token (after the first): top alternatives; 0: itself only
 
     MAX_LOGPROBS = 20
     GREEDY_BELOW = 1e-5                # a smaller temperature samples as greedy (1 / t would overflow)
@@ -60,7 +61,7 @@ class SamplingParams:
         def bad(param: str, message: str):
             raise InvalidRequest(message, param=param)
 
-        for name in ("max_tokens", "top_k", "seed", "min_tokens", "logprobs"):
+        for name in ("max_tokens", "top_k", "seed", "min_tokens", "logprobs", "prompt_logprobs"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
                 bad(name, f"{name} must be an integer, got {value!r}")
@@ -97,6 +98,8 @@ class SamplingParams:
             bad("min_tokens", f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})")
         if self.logprobs is not None and not 0 <= self.logprobs <= self.MAX_LOGPROBS:
             bad("logprobs", f"logprobs must be in [0, {self.MAX_LOGPROBS}], got {self.logprobs}")
+        if self.prompt_logprobs is not None and not 0 <= self.prompt_logprobs <= self.MAX_LOGPROBS:
+            bad("prompt_logprobs", f"prompt_logprobs must be in [0, {self.MAX_LOGPROBS}], got {self.prompt_logprobs}")
         if any(not isinstance(s, str) or not s for s in self.stop):
             bad("stop", "stop strings must be non-empty strings")
         if len(self.stop) > 16:

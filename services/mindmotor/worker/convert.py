@@ -29,7 +29,7 @@ def sampling_params_from_proto(p: pb.SamplingParams) -> SamplingParams:
     model's context (the caller applies its API's default). ValueError (the engine's message)
     for out-of-range values."""
     optional = {name: getattr(p, name) for name in ("temperature", "top_p", "seed", "logprobs",
-                                                     "repetition_penalty")
+                                                     "repetition_penalty", "prompt_logprobs")
                 if p.HasField(name)}
     return SamplingParams(
         max_tokens=p.max_tokens if p.HasField("max_tokens") else None, top_k=p.top_k, stop=list(p.stop), stop_token_ids=list(p.stop_token_ids),
@@ -43,7 +43,8 @@ def sampling_params_from_proto(p: pb.SamplingParams) -> SamplingParams:
 def response_from_output(out: RequestOutput) -> pb.GenerateResponse:
     response = pb.GenerateResponse(
         request_id=out.request_id, token_ids=out.new_token_ids, text=out.new_text,
-        logprobs=[_token_logprob(lp) for lp in out.new_logprobs])
+        logprobs=[_token_logprob(lp) for lp in out.new_logprobs],
+        prompt_logprobs=[_token_logprob(lp) for lp in out.prompt_logprobs or ()])
     if not out.finished:
         return response
     response.finish_reason = out.finish_reason or ""
@@ -65,6 +66,7 @@ def prefill_response(out: RequestOutput, prompt_token_ids: list[int], node: str,
     response = pb.PrefillResponse(
         handle=out.request_id if pinned else "", token_ids=out.new_token_ids, text=out.new_text,
         logprobs=[_token_logprob(lp) for lp in out.new_logprobs],
+        prompt_logprobs=[_token_logprob(lp) for lp in out.prompt_logprobs or ()],
         finish_reason="" if pinned else (out.finish_reason or ""),
         usage=pb.Usage(prompt_tokens=out.num_prompt_tokens, completion_tokens=out.num_output_tokens,
                        cached_tokens=out.num_cached_tokens),
@@ -78,8 +80,11 @@ def prefill_response(out: RequestOutput, prompt_token_ids: list[int], node: str,
 
 
 def _token_logprob(lp) -> pb.TokenLogprob:
-    return pb.TokenLogprob(token_id=lp.token_id, logprob=lp.logprob,
-                           top=[pb.TopLogprob(token_id=t, logprob=v) for t, v in lp.top])
+    out = pb.TokenLogprob(token_id=lp.token_id, logprob=lp.logprob,
+                          top=[pb.TopLogprob(token_id=t, logprob=v) for t, v in lp.top])
+    if lp.rank is not None:
+        out.rank = lp.rank
+    return out
 
 
 def load_from_stats(stats, in_flight: int) -> pb.Load:
