@@ -63,14 +63,8 @@ CHAT = {"messages": [{"role": "user", "content": "hi"}]}
 
 
 @pytest.mark.parametrize("path, extra, param", [
-    ("/v1/completions", {"response_format": {"type": "json_object"}}, "response_format"),
-    ("/v1/chat/completions", {"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}},
-     "response_format"),
-    ("/v1/completions", {"guided_json": {"type": "object"}}, "guided_json"),
-    ("/v1/completions", {"guided_regex": "[a-z]+"}, "guided_regex"),
-    ("/v1/chat/completions", {"guided_choice": ["a", "b"]}, "guided_choice"),
-    ("/v1/chat/completions", {"guided_grammar": "root ::= \"a\""}, "guided_grammar"),
-    ("/v1/chat/completions", {"structured_outputs": {"regex": "a"}}, "structured_outputs"),
+    ("/v1/completions", {"guided_whitespace_pattern": " "}, "guided_whitespace_pattern"),
+    ("/v1/chat/completions", {"structural_tag": {"type": "structural_tag"}}, "structural_tag"),
     ("/v1/chat/completions", {"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
     ("/v1/chat/completions", {"tool_choice": "required"}, "tool_choice"),
     ("/v1/chat/completions", {"prompt_logprobs": 1, "stream": True}, "prompt_logprobs"),

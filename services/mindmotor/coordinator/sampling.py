@@ -7,11 +7,13 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from mindmotor.engine.grammar import Constraint
 from mindmotor.engine.request_rules import InvalidRequest, check_logit_bias
 from mindmotor.engine.sampling_params import SamplingParams
 from mindmotor.protocol import worker_pb2 as pb
 
 from .errors import BadRequest
+from .structured import constraint_from_request
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,7 @@ class SamplingOptions:
     allowed_token_ids: tuple[int, ...] | None = None
     bad_words: tuple[str, ...] = ()
     prompt_logprobs: int | None = None   # per prompt token; 0: the prompt token only
+    structured: Constraint | None = None
 
     def __post_init__(self):
         try:
@@ -46,6 +49,7 @@ class SamplingOptions:
                            logit_bias=dict(self.logit_bias),
                            allowed_token_ids=None if self.allowed_token_ids is None else list(self.allowed_token_ids),
                            bad_words=list(self.bad_words), prompt_logprobs=self.prompt_logprobs,
+                           structured=self.structured,
                            **{k: v for k, v in (("temperature", self.temperature), ("top_p", self.top_p))
                               if v is not None})
         except InvalidRequest as exc:
@@ -84,12 +88,15 @@ class SamplingOptions:
             p.logprobs = self.logprobs
         if self.prompt_logprobs is not None:
             p.prompt_logprobs = self.prompt_logprobs
+        if self.structured is not None:
+            p.structured.CopyFrom(pb.StructuredOutput(kind=self.structured.kind, spec=self.structured.spec))
         return p
 
 
 
 def sampling_from_request(body, max_tokens: int | None, logprobs: int | None,
                           prompt_logprobs: int | None = None) -> SamplingOptions:
+    structured = constraint_from_request(body)
     """The SamplingOptions of a completions or chat request body (`schemas._Sampling`)."""
     return SamplingOptions(
         max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p,
@@ -101,7 +108,7 @@ def sampling_from_request(body, max_tokens: int | None, logprobs: int | None,
         repetition_penalty=body.repetition_penalty if body.repetition_penalty is not None else 1.0,
         logit_bias=_logit_bias(body.logit_bias),
         allowed_token_ids=None if body.allowed_token_ids is None else tuple(body.allowed_token_ids),
-        bad_words=tuple(body.bad_words or ()), prompt_logprobs=prompt_logprobs)
+        bad_words=tuple(body.bad_words or ()), prompt_logprobs=prompt_logprobs, structured=structured)
 
 
 def _logit_bias(bias) -> tuple[tuple[int, float], ...]:

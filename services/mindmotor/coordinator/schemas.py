@@ -55,6 +55,13 @@ class _Sampling(_Body):
     allowed_token_ids: list[int] | None = None
     bad_words: list[str] | None = None
     prompt_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    # structured outputs (see `structured`): OpenAI's and vLLM's fields
+    response_format: dict | None = None
+    guided_json: dict | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
+    structured_outputs: dict | None = None
     return_tokens_as_token_ids: StrictBool = False
 
     @field_validator("stop")

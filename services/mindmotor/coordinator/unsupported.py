@@ -16,10 +16,6 @@ def _none_or_empty(v: Any) -> bool:
     return v is None or v == [] or v == {} or v == ""
 
 
-def _response_format(v: Any) -> bool:
-    return v is None or (isinstance(v, dict) and v.get("type") in (None, "text"))
-
-
 def _tool_choice(v: Any) -> bool:
     return v is None or v in ("none", "auto")
 
@@ -28,16 +24,9 @@ def _is(value) -> Callable[[Any], bool]:
     return lambda v: v is None or v == value
 
 
-STRUCTURED = "structured outputs are not implemented on this server"
+STRUCTURED = "only the default whitespace and no structural tags are implemented for structured outputs"
 _COMMON: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "response_format": (_response_format, "response_format other than {\"type\": \"text\"}: " + STRUCTURED),
-    "guided_json": (_none_or_empty, STRUCTURED),
-    "guided_regex": (_none_or_empty, STRUCTURED),
-    "guided_choice": (_none_or_empty, STRUCTURED),
-    "guided_grammar": (_none_or_empty, STRUCTURED),
-    "guided_decoding_backend": (_none_or_empty, STRUCTURED),
     "guided_whitespace_pattern": (_none_or_empty, STRUCTURED),
-    "structured_outputs": (_none_or_empty, STRUCTURED),
     "structural_tag": (_none_or_empty, STRUCTURED),
     "use_beam_search": (_is(False), "beam search is not implemented"),
     "length_penalty": (_is(1.0), "length_penalty applies to beam search, which is not implemented"),

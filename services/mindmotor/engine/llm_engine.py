@@ -31,6 +31,7 @@ from .kv_transfer import KVBlocks, KVPins, num_prompt_blocks
 from .model_runner import ModelRunner
 from .output import OutputProcessor, RequestOutput
 from .request_rules import InvalidRequest, check_text, check_token_ids, resolve_max_tokens
+from .grammar import GrammarEngine, advance
 from .sampler import Sampler
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler, SchedulerConfig
@@ -154,6 +155,7 @@ class LLMEngine:
         self.step_failures = 0
         self.consecutive_step_failures = 0
         self._step_outputs: list[RequestOutput] = []
+        self._grammar: GrammarEngine | None = None
         log.info("engine ready", extra={"model": str(self.model_dir), "device": config.device,
                                         "profile": profile.name, "num_blocks": num_blocks,
                                         "host_blocks": host_blocks, "kv_host_budget_bytes": self.kv_host_budget_bytes,
@@ -173,6 +175,15 @@ class LLMEngine:
                 f"{needed} blocks ({format_bytes(needed * per_block)}); raise the budget (--kv-host-budget) or "
                 "lower --max-model-len")
         return host_blocks
+
+    @property
+    def grammar(self) -> GrammarEngine:
+        """The structured-output engine over this tokenizer, made at the first constrained request."""
+        if self._grammar is None:
+            self._grammar = GrammarEngine(self.tokenizer.hf.to_str(), self.model.config.vocab_size,
+                                          self.tokenizer.eos_token_ids)
+            self.sampler.grammar = self._grammar
+        return self._grammar
 
     # ---- requests ---------------------------------------------------------------------------
     def validate(self, prompt: str | Seq[int] | ResumedPrompt, params: SamplingParams
@@ -301,6 +312,11 @@ class LLMEngine:
         self.requests[request_id] = seq
         with self._undone_on_error(seq):
             self.outputs.add(seq)
+            if params.structured is not None:
+                try:
+                    seq.matcher = self.grammar.matcher(params.structured)
+                except InvalidRequest as exc:
+                    raise RequestError(exc.message, param=exc.param) from None
             if resumed is not None:
                 self._resume(seq, resumed)
         return seq
@@ -311,7 +327,18 @@ class LLMEngine:
         prompt + outputs, then samples the next token — its generator past their draws, the text
         the client has marked sent."""
         self.sampler.skip_draws(seq, len(resumed.output_token_ids))
+        self._advance_grammar(seq, resumed.output_token_ids)
         self.outputs.resume(seq, resumed.output_token_ids, resumed.sent_chars)
+
+    @staticmethod
+    def _advance_grammar(seq: Sequence, tokens) -> None:
+        """Output produced elsewhere moves the grammar's state; RequestError if it cannot follow."""
+        if seq.matcher is not None:
+            try:
+                advance(seq.matcher, tokens)
+            except ValueError as exc:
+                raise RequestError(f"the output produced so far does not follow the structured output: {exc}",
+                                   param="resumed") from None
 
     def abort_request(self, request_id: str) -> RequestOutput | None:
         seq = self.requests.get(request_id)
@@ -367,6 +394,7 @@ class LLMEngine:
         seq.wants_prompt_logprobs = False            # the prefill instance sent them
         with self._undone_on_error(seq):
             self.sampler.skip_draws(seq, 1)          # the prefill instance drew the first token
+            self._advance_grammar(seq, [first_token])
             if self.outputs.on_token(seq, first_token) is not None:
                 raise RequestError("the first token already finishes the request; nothing to decode")
             self.outputs.mark_sent(request_id, sent_chars)
@@ -481,7 +509,11 @@ class LLMEngine:
         if seq.first_token_time is None:
             seq.first_token_time = now
         self.generation_tokens += 1
+        if seq.matcher is not None:
+            advance(seq.matcher, [token])
         finished = self.outputs.on_token(seq, token)
+        if finished is None and seq.matcher is not None and seq.matcher.is_stopped():
+            finished = SequenceStatus.FINISHED_STOPPED         # the grammar is complete
         if finished is None and seq.prefill_only:
             self.scheduler.detach(seq, SequenceStatus.PREFILLED)   # blocks stay referenced
             self.pins.pin(seq, self.config.kv_pin_ttl_s)

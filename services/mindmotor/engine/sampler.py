@@ -9,6 +9,7 @@ Logprobs are those of the model's raw distribution, as OpenAI reports them.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,8 +31,9 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
 
 
 class Sampler:
-    def __init__(self, eos_token_ids: tuple[int, ...] = ()):
+    def __init__(self, eos_token_ids: tuple[int, ...] = (), grammar=None):
         self.eos_token_ids = tuple(eos_token_ids)
+        self.grammar = grammar               # a GrammarEngine, for the rows with a structured output
 
     @staticmethod
     def skip_draws(seq: Sequence, num_tokens: int) -> None:
@@ -57,6 +59,7 @@ class Sampler:
         raw = logits
         errors: dict[int, Exception] = {}
         logits = self._apply_penalties_and_masks(logits, seqs, errors)
+        logits = self._apply_grammars(raw, logits, seqs, errors)
         tokens = np.full(len(seqs), -1, dtype=np.int64)
         greedy = np.array([s.params.greedy and i not in errors for i, s in enumerate(seqs)], dtype=bool)
         if greedy.any():
@@ -98,6 +101,24 @@ class Sampler:
                     self._shape_row(logits, i, seq)
             except Exception as exc:  # noqa: BLE001 - this row's request fails alone
                 errors[i] = exc
+        return logits
+
+    def _apply_grammars(self, raw: np.ndarray, logits: np.ndarray, seqs: list[Sequence],
+                        errors: dict[int, Exception]) -> np.ndarray:
+        """Mask each constrained row to the tokens its grammar allows next (one batched call)."""
+        rows = [i for i, s in enumerate(seqs) if s.matcher is not None and i not in errors]
+        for i in list(rows):
+            if seqs[i].matcher.is_error():
+                errors[i] = ValueError(f"the structured output grammar failed: {seqs[i].matcher.get_error()}")
+                rows.remove(i)
+        if not rows:
+            return logits
+        if logits is raw:
+            logits = logits.copy()
+        started = time.perf_counter()
+        self.grammar.apply(logits, rows, [seqs[i].matcher for i in rows])
+        self.grammar.mask_time_s += time.perf_counter() - started
+        self.grammar.masked_rows += len(rows)
         return logits
 
     def _penalize_row(self, logits: np.ndarray, i: int, seq: Sequence, penalize, mask_stops: bool) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from .grammar import Constraint, grammar_text
 from .request_rules import (INT32_MAX, INT64_MAX, UINT32_MAX, InvalidRequest, check_bad_words, check_logit_bias,
                             check_texts, check_token_ids)
 
@@ -34,6 +35,7 @@ class SamplingParams:
     bad_words: list[str] = field(default_factory=list)           # never produced (their tokens)
     bad_words_token_ids: list[list[int]] = field(default_factory=list)   # set by the engine
     prompt_logprobs: int | None = None  # per prompt token (after the first): top alternatives; 0: itself only
+    structured: Constraint | None = None   # structured output: the grammar every output must follow
 
     MAX_LOGPROBS = 20
     GREEDY_BELOW = 1e-5                # a smaller temperature samples as greedy (1 / t would overflow)
@@ -51,6 +53,8 @@ class SamplingParams:
             if not self.allowed_token_ids:
                 raise InvalidRequest("allowed_token_ids must not be empty", param="allowed_token_ids")
         self.bad_words = check_bad_words(self.bad_words)
+        if self.structured is not None:
+            grammar_text(self.structured.kind, self.structured.spec)    # compiled (and cached) or refused
         self._validate()
 
     @property

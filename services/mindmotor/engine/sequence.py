@@ -55,6 +55,7 @@ class Sequence:
     prompt_logprobs: list = field(default_factory=list)
     prompt_logprobs_sent: bool = False
     prompt_logprobs_error: Exception | None = None   # computing them raised: the request fails
+    matcher: object | None = None          # structured output: the grammar's state (llguidance.LLMatcher)
 
     @property
     def needs_prompt_logits(self) -> bool:

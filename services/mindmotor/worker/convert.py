@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from mindmotor.engine.grammar import Constraint
 from mindmotor.engine.llm_engine import ResumedPrompt
 from mindmotor.engine.output import RequestOutput
 from mindmotor.engine.sampling_params import SamplingParams
@@ -37,7 +38,9 @@ def sampling_params_from_proto(p: pb.SamplingParams) -> SamplingParams:
         frequency_penalty=p.frequency_penalty, include_stop_str_in_output=p.include_stop_str_in_output,
         min_p=p.min_p, logit_bias=dict(p.logit_bias),
         allowed_token_ids=list(p.allowed_token_ids) if p.allowed_token_ids else None,
-        bad_words=list(p.bad_words), **optional)
+        bad_words=list(p.bad_words),
+        structured=Constraint(p.structured.kind, p.structured.spec) if p.HasField("structured") else None,
+        **optional)
 
 
 def response_from_output(out: RequestOutput) -> pb.GenerateResponse:
