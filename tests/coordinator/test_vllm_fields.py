@@ -65,7 +65,10 @@ CHAT = {"messages": [{"role": "user", "content": "hi"}]}
 @pytest.mark.parametrize("path, extra, param", [
     ("/v1/completions", {"guided_whitespace_pattern": " "}, "guided_whitespace_pattern"),
     ("/v1/chat/completions", {"structural_tag": {"type": "structural_tag"}}, "structural_tag"),
-    ("/v1/chat/completions", {"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+    ("/v1/chat/completions", {"tools": [{"type": "function", "function": {}}]}, "tools.0.function.name"),
+    ("/v1/chat/completions", {"tools": [{"type": "function", "function": {"name": "f"}}],
+                              "tool_choice": {"type": "function", "function": {"name": "g"}}}, "tool_choice"),
+    ("/v1/chat/completions", {"functions": [{"name": "f"}]}, "functions"),
     ("/v1/chat/completions", {"tool_choice": "required"}, "tool_choice"),
     ("/v1/chat/completions", {"prompt_logprobs": 1, "stream": True}, "prompt_logprobs"),
     ("/v1/completions", {"use_beam_search": True}, "use_beam_search"),
@@ -87,13 +90,11 @@ def test_unimplemented_or_bad_fields_are_400_naming_them(http, model_name, path,
     assert error["param"] == param and param in error["message"]
 
 
-def test_tool_calls_in_the_history_are_refused(http, model_name):
+def test_legacy_function_call_in_the_history_is_refused(http, model_name):
     messages = [{"role": "user", "content": "hi"},
-                {"role": "assistant", "tool_calls": [{"id": "1", "type": "function",
-                                                      "function": {"name": "f", "arguments": "{}"}}]},
-                {"role": "tool", "tool_call_id": "1", "content": "3"}]
+                {"role": "assistant", "function_call": {"name": "f", "arguments": "{}"}}]
     response = http.post("/v1/chat/completions", json={"model": model_name, "messages": messages})
-    assert response.status_code == 400 and response.json()["error"]["param"] == "messages.1.tool_calls"
+    assert response.status_code == 400 and response.json()["error"]["param"] == "messages.1.function_call"
 
 
 def test_neutral_values_are_accepted(http, model_name):

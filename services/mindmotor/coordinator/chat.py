@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from starlette.requests import Request
@@ -14,6 +15,7 @@ from .prompts import chat_prompt
 from .sampling import sampling_from_request
 from .schemas import ChatCompletionRequest
 from .state import Coordinator, request_id
+from .tools import tool_plan
 
 
 async def create_chat_completion(c: Coordinator, body: ChatCompletionRequest, request: Request) -> Response:
@@ -23,13 +25,20 @@ async def create_chat_completion(c: Coordinator, body: ChatCompletionRequest, re
         raise BadRequest("top_logprobs requires logprobs to be true", param="top_logprobs")
     if body.prompt_logprobs is not None and body.stream:
         raise BadRequest("prompt_logprobs are not available when stream is true", param="prompt_logprobs")
-    prompt = chat_prompt(body.messages, model.tokenizer, body.add_generation_prompt)
+    tools = tool_plan(body)
+    prompt = chat_prompt(body.messages, model.tokenizer, body.add_generation_prompt, tools.tools)
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     sampling = sampling_from_request(body, body.max_new_tokens, logprobs, body.prompt_logprobs)
+    forced = tools.constraint()
+    if forced is not None:
+        if sampling.structured is not None:
+            raise BadRequest("a forced tool call (tool_choice required or named) cannot be combined with "
+                             "another structured output", param="tool_choice")
+        sampling = dataclasses.replace(sampling, structured=forced)
     rid = request_id(request)
     fmt = ChatFormat(f"chatcmpl-{rid}", int(time.time()), model.name, model.tokens,
                      body.logprobs, body.top_logprobs or 0, body.include_usage,
                      prompt_logprobs=body.prompt_logprobs, as_ids=body.return_tokens_as_token_ids,
-                     prompt_token_ids=list(prompt.token_ids))
+                     prompt_token_ids=list(prompt.token_ids), tools=tools)
     return await generate(c, request, rid, model, [prompt], sampling, body.n, body.priority, fmt,
                           body.stream, body.include_usage)

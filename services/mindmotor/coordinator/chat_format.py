@@ -6,6 +6,7 @@ from __future__ import annotations
 from .generation import Piece, Usage
 from .logprobs import TokenText, chat_logprobs, vllm_prompt_logprobs
 from .results import ChoiceResult, usage_body
+from .tools import ToolPlan
 
 OBJECT = "chat.completion"
 CHUNK_OBJECT = "chat.completion.chunk"
@@ -14,7 +15,7 @@ CHUNK_OBJECT = "chat.completion.chunk"
 class ChatFormat:
     def __init__(self, response_id: str, created: int, model: str, tokens: TokenText, logprobs: bool,
                  top_logprobs: int, include_usage: bool, prompt_logprobs: int | None = None,
-                 as_ids: bool = False, prompt_token_ids: list[int] | None = None):
+                 as_ids: bool = False, prompt_token_ids: list[int] | None = None, tools: ToolPlan | None = None):
         self.response_id = response_id
         self.created = created
         self.model = model
@@ -25,6 +26,8 @@ class ChatFormat:
         self.prompt_logprobs = prompt_logprobs      # vLLM's field (not streamed), when asked
         self.prompt_token_ids = prompt_token_ids
         self.as_ids = as_ids
+        self.tools = tools if tools is not None and tools.parses else None
+        self._held: dict[int, list[str]] = {}      # with tools: each choice's text, parsed at its end
 
     def _chunk(self, index: int, delta: dict, finish_reason: str | None = None, logprobs=None,
                stop_reason=None) -> dict:
@@ -46,6 +49,8 @@ class ChatFormat:
         return [self._chunk(index, {"role": "assistant", "content": ""})]
 
     def stream_piece(self, index: int, piece: Piece) -> list[dict]:
+        if self.tools is not None:
+            return self._tool_stream_piece(index, piece)
         chunks = []
         if piece.text or (self.logprobs and piece.logprobs):
             chunks.append(self._chunk(index, {"content": piece.text}, logprobs=self._logprobs(piece.logprobs)))
@@ -53,16 +58,46 @@ class ChatFormat:
             chunks.append(self._chunk(index, {}, piece.finish_reason, stop_reason=piece.stop_reason))
         return chunks
 
+    def _tool_stream_piece(self, index: int, piece: Piece) -> list[dict]:
+        """With tools the text is held until the choice ends (it may be a call), then sent as
+        content and/or OpenAI tool-call deltas (each call whole: id, name, arguments)."""
+        held = self._held.setdefault(index, [])
+        held.append(piece.text)
+        if piece.finish_reason is None:
+            return []
+        del self._held[index]
+        content, calls = self.tools.parse("".join(held))
+        chunks = []
+        if content:
+            chunks.append(self._chunk(index, {"content": content}))
+        if calls:
+            chunks.append(self._chunk(index, {"tool_calls": [c.body(i) for i, c in enumerate(calls)]}))
+        chunks.append(self._chunk(index, {}, self._finish(piece.finish_reason, calls), stop_reason=piece.stop_reason))
+        return chunks
+
+    def _finish(self, finish_reason: str | None, calls) -> str | None:
+        if calls and self.tools.mode != "named" and finish_reason == "stop":
+            return "tool_calls"
+        return finish_reason
+
+    def _message(self, result: ChoiceResult) -> tuple[dict, str | None]:
+        if self.tools is None:
+            return {"role": "assistant", "content": result.text, "refusal": None}, result.finish_reason
+        content, calls = self.tools.parse(result.text)
+        message = {"role": "assistant", "content": content, "refusal": None,
+                   "tool_calls": [c.body() for c in calls]}
+        return message, self._finish(result.finish_reason, calls)
+
     def usage_chunk(self, usage: Usage) -> dict:
         return {"id": self.response_id, "object": CHUNK_OBJECT, "created": self.created, "model": self.model,
                 "system_fingerprint": None, "choices": [], "usage": usage_body(usage)}
 
     def response(self, results: list[ChoiceResult], usage: Usage) -> dict:
-        choices = [{"index": index,
-                    "message": {"role": "assistant", "content": result.text, "refusal": None},
-                    "logprobs": self._logprobs(result.logprobs), "finish_reason": result.finish_reason,
-                    "stop_reason": result.stop_reason}
-                   for index, result in enumerate(results)]
+        choices = []
+        for index, result in enumerate(results):
+            message, finish_reason = self._message(result)
+            choices.append({"index": index, "message": message, "logprobs": self._logprobs(result.logprobs),
+                            "finish_reason": finish_reason, "stop_reason": result.stop_reason})
         body = {"id": self.response_id, "object": OBJECT, "created": self.created, "model": self.model,
                 "system_fingerprint": None, "choices": choices, "usage": usage_body(usage)}
         if self.prompt_logprobs is not None:

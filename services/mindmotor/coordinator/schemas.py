@@ -10,6 +10,7 @@ are refused by name (`unsupported`).
 
 from __future__ import annotations
 
+import json
 from typing import Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
@@ -116,10 +117,43 @@ class TextPart(_Body):
     text: str
 
 
+class FunctionCall(_Body):
+    name: str
+    arguments: str
+
+
+class ToolCallIn(_Body):
+    id: str = ""
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+    @field_validator("function")
+    @classmethod
+    def _arguments_are_json(cls, value):
+        try:
+            json.loads(value.arguments)
+        except ValueError:
+            raise ValueError("function.arguments must be JSON text") from None
+        return value
+
+
 class ChatMessage(_Body):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = None
+    tool_calls: list[ToolCallIn] | None = None       # an assistant's calls, in the history
+    tool_call_id: str | None = None                  # a tool message: the call it answers
+
+    def template_dict(self) -> dict:
+        """The message as the chat template takes it."""
+        out = {"role": self.role, "content": self.text(), "tool_calls": None}
+        if self.tool_calls:
+            out["tool_calls"] = [{"id": c.id, "type": c.type, "function": {"name": c.function.name,
+                                                                           "arguments": c.function.arguments}}
+                                 for c in self.tool_calls]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        return out
 
     def text(self) -> str:
         if isinstance(self.content, list):
@@ -134,6 +168,9 @@ class ChatCompletionRequest(_Sampling):
     logprobs: StrictBool = False
     top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
     add_generation_prompt: StrictBool = True
+    tools: list[dict] | None = None
+    tool_choice: str | dict | None = None
+    parallel_tool_calls: StrictBool | None = None
 
     @property
     def max_new_tokens(self) -> int | None:

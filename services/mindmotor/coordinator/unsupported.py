@@ -16,10 +16,6 @@ def _none_or_empty(v: Any) -> bool:
     return v is None or v == [] or v == {} or v == ""
 
 
-def _tool_choice(v: Any) -> bool:
-    return v is None or v in ("none", "auto")
-
-
 def _is(value) -> Callable[[Any], bool]:
     return lambda v: v is None or v == value
 
@@ -39,8 +35,6 @@ _COMMON: dict[str, tuple[Callable[[Any], bool], str]] = {
     "allowed_token_ids": (lambda v: v is None or v != [], "allowed_token_ids must not be empty"),
 }
 _CHAT: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "tools": (_none_or_empty, "tool calling is not implemented on this server"),
-    "tool_choice": (_tool_choice, "tool calling is not implemented on this server"),
     "functions": (_none_or_empty, "function calling is not implemented on this server"),
     "function_call": (lambda v: v is None or v in ("none", "auto"), "function calling is not implemented"),
     "chat_template": (_none_or_empty, "a request's own chat_template is not supported"),
@@ -65,7 +59,7 @@ def refuse_unsupported(data: Any, chat: bool) -> None:
     if chat and isinstance(data.get("messages"), list):
         for i, message in enumerate(data["messages"]):
             if isinstance(message, dict):
-                for key in ("tool_calls", "function_call"):
+                for key in ("function_call",):
                     if not _none_or_empty(message.get(key)):
-                        raise BadRequest(f"messages.{i}.{key} is not supported: tool calling is not implemented "
-                                         "on this server", param=f"messages.{i}.{key}", code="unsupported_parameter")
+                        raise BadRequest(f"messages.{i}.{key} is not supported: use tool_calls",
+                                         param=f"messages.{i}.{key}", code="unsupported_parameter")
