@@ -68,8 +68,8 @@ def test_invalid_chat_parameters_are_400(http, model_name, body, param):
     assert error["param"] == param
 
 
-def test_unknown_model_is_400(http):
-    error = assert_openai_error(http.post("/v1/completions", json={"model": "gpt-9", "prompt": "hi"}), 400, "model")
+def test_unknown_model_is_404(http):
+    error = assert_openai_error(http.post("/v1/completions", json={"model": "gpt-9", "prompt": "hi"}), 404, "model")
     assert error["code"] == "model_not_found" and "gpt-9" in error["message"]
 
 

@@ -94,7 +94,7 @@ def create_app(settings: CoordinatorSettings, coordinator: Coordinator | None = 
                 await c.limiter.close()
 
     app = FastAPI(title="MindMotor Coordinator", lifespan=lifespan, docs_url=None, redoc_url=None,
-                  openapi_url=None)
+                  openapi_url="/openapi.json")
     app.state.coordinator = c
     install_handlers(app)
     app.include_router(api_router())

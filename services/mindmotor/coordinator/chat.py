@@ -12,6 +12,7 @@ from .chat_format import ChatFormat
 from .errors import BadRequest
 from .planning import generate
 from .prompts import chat_prompt
+from .running_usage import RunningUsage
 from .sampling import sampling_from_request
 from .schemas import ChatCompletionRequest
 from .state import Coordinator, request_id
@@ -39,6 +40,7 @@ async def create_chat_completion(c: Coordinator, body: ChatCompletionRequest, re
     fmt = ChatFormat(f"chatcmpl-{rid}", int(time.time()), model.name, model.tokens,
                      body.logprobs, body.top_logprobs or 0, body.include_usage,
                      prompt_logprobs=body.prompt_logprobs, as_ids=body.return_tokens_as_token_ids,
-                     prompt_token_ids=list(prompt.token_ids), tools=tools)
+                     prompt_token_ids=list(prompt.token_ids), tools=tools,
+                     running=RunningUsage([len(prompt.token_ids)] * body.n) if body.continuous_usage else None)
     return await generate(c, request, rid, model, [prompt], sampling, body.n, body.priority, fmt,
                           body.stream, body.include_usage)

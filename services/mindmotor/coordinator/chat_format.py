@@ -6,6 +6,7 @@ from __future__ import annotations
 from .generation import Piece, Usage
 from .logprobs import TokenText, chat_logprobs, vllm_prompt_logprobs
 from .results import ChoiceResult, usage_body
+from .running_usage import RunningUsage
 from .tools import ToolPlan
 
 OBJECT = "chat.completion"
@@ -15,7 +16,8 @@ CHUNK_OBJECT = "chat.completion.chunk"
 class ChatFormat:
     def __init__(self, response_id: str, created: int, model: str, tokens: TokenText, logprobs: bool,
                  top_logprobs: int, include_usage: bool, prompt_logprobs: int | None = None,
-                 as_ids: bool = False, prompt_token_ids: list[int] | None = None, tools: ToolPlan | None = None):
+                 as_ids: bool = False, prompt_token_ids: list[int] | None = None, tools: ToolPlan | None = None,
+                 running: RunningUsage | None = None):
         self.response_id = response_id
         self.created = created
         self.model = model
@@ -28,6 +30,7 @@ class ChatFormat:
         self.as_ids = as_ids
         self.tools = tools if tools is not None and tools.parses else None
         self._held: dict[int, list[str]] = {}      # with tools: each choice's text, parsed at its end
+        self.running = running                      # continuous_usage_stats
 
     def _chunk(self, index: int, delta: dict, finish_reason: str | None = None, logprobs=None,
                stop_reason=None) -> dict:
@@ -38,6 +41,8 @@ class ChatFormat:
                  "system_fingerprint": None, "choices": [choice]}
         if self.include_usage:
             chunk["usage"] = None
+        if self.running is not None:
+            chunk["usage"] = self.running.body(index)
         return chunk
 
     def _logprobs(self, entries) -> dict | None:
@@ -49,6 +54,8 @@ class ChatFormat:
         return [self._chunk(index, {"role": "assistant", "content": ""})]
 
     def stream_piece(self, index: int, piece: Piece) -> list[dict]:
+        if self.running is not None:
+            self.running.add(index, len(piece.token_ids))
         if self.tools is not None:
             return self._tool_stream_piece(index, piece)
         chunks = []

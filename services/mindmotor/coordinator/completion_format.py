@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from .generation import Piece, Usage
 from .logprobs import CompletionLogprobs, TokenText, vllm_prompt_logprobs
 from .results import ChoiceResult, usage_body
+from .running_usage import RunningUsage
 
 OBJECT = "text_completion"
 
@@ -27,7 +28,8 @@ class EchoOptions:
 class CompletionFormat:
     def __init__(self, response_id: str, created: int, model: str, tokens: TokenText, logprobs: int | None,
                  echo: EchoOptions | None, include_usage: bool, prompt_logprobs: int | None = None,
-                 as_ids: bool = False, prompt_ids: list[list[int]] | None = None):
+                 as_ids: bool = False, prompt_ids: list[list[int]] | None = None,
+                 running: RunningUsage | None = None):
         self.response_id = response_id
         self.created = created
         self.model = model
@@ -40,6 +42,7 @@ class CompletionFormat:
         self.as_ids = as_ids
         self._lp: dict[int, CompletionLogprobs] = {}
         self._echo_pending: set[int] = set()
+        self.running = running                      # continuous_usage_stats
 
     @property
     def _echo_logprobs(self) -> bool:
@@ -54,6 +57,8 @@ class CompletionFormat:
                  "choices": choices}
         if self.include_usage:
             chunk["usage"] = None
+        if self.running is not None:
+            chunk["usage"] = self.running.body(choices[0]["index"])
         return chunk
 
     def _logprobs(self, index: int) -> CompletionLogprobs:
@@ -96,6 +101,8 @@ class CompletionFormat:
         return []
 
     def stream_piece(self, index: int, piece: Piece) -> list[dict]:
+        if self.running is not None and not self._score_only:
+            self.running.add(index, len(piece.token_ids))
         with_echo = index in self._echo_pending
         self._echo_pending.discard(index)
         shows = (piece.text or (self.logprobs is not None and piece.logprobs)) and not self._score_only

@@ -11,6 +11,7 @@ from .completion_format import CompletionFormat, EchoOptions
 from .errors import BadRequest
 from .planning import generate
 from .prompts import completion_prompts
+from .running_usage import RunningUsage
 from .sampling import sampling_from_request
 from .schemas import CompletionRequest
 from .state import Coordinator, request_id
@@ -38,6 +39,7 @@ async def create_completion(c: Coordinator, body: CompletionRequest, request: Re
     rid = request_id(request)
     fmt = CompletionFormat(f"cmpl-{rid}", int(time.time()), model.name, model.tokens, body.logprobs, echo,
                            body.include_usage, prompt_logprobs=body.prompt_logprobs,
-                           as_ids=body.return_tokens_as_token_ids, prompt_ids=prompt_ids)
+                           as_ids=body.return_tokens_as_token_ids, prompt_ids=prompt_ids,
+                           running=RunningUsage([len(p) for p in prompt_ids]) if body.continuous_usage else None)
     return await generate(c, request, rid, model, prompts, sampling, body.n, body.priority, fmt,
                           body.stream, body.include_usage)

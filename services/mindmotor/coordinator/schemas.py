@@ -29,6 +29,7 @@ class _Body(BaseModel):
 
 class StreamOptions(_Body):
     include_usage: StrictBool = False
+    continuous_usage_stats: StrictBool = False     # vLLM: usage (so far) on every chunk
 
 
 class _Sampling(_Body):
@@ -84,6 +85,10 @@ class _Sampling(_Body):
     @property
     def include_usage(self) -> bool:
         return bool(self.stream and self.stream_options and self.stream_options.include_usage)
+
+    @property
+    def continuous_usage(self) -> bool:
+        return bool(self.stream and self.stream_options and self.stream_options.continuous_usage_stats)
 
 
 PromptType = Union[str, list[str], list[int], list[list[int]]]

@@ -3,6 +3,8 @@ from __future__ import annotations
 from fastapi import APIRouter
 from starlette.responses import JSONResponse, Response
 
+from mindmotor import __version__
+
 from ..state import CoordinatorDep
 
 router = APIRouter()
@@ -35,6 +37,22 @@ async def ready(c: CoordinatorDep):
     ok = c.started and bool(names) and not missing
     return JSONResponse({"ready": ok, "models": names, "models_without_instance": missing},
                         status_code=200 if ok else 503)
+
+
+@router.get("/ping")
+async def ping():
+    """vLLM's liveness probe: 200 while the process serves HTTP."""
+    return Response(status_code=200)
+
+
+@router.post("/ping")
+async def ping_post():
+    return Response(status_code=200)
+
+
+@router.get("/version")
+async def version():
+    return JSONResponse({"version": __version__})
 
 
 @router.get("/metrics")
