@@ -61,3 +61,13 @@ def test_continuous_usage_stats(http, model_name, path, body):
         last[index] = usage["completion_tokens"]
     assert last == {0: 6, 1: 6}
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 12
+
+
+def test_vllm_metric_names_on_the_coordinator(http, model_name):
+    http.post("/v1/completions", json={"model": model_name, "prompt": "x", "max_tokens": 3, "ignore_eos": True})
+    text = http.get("/metrics").text
+    for series in ("vllm:time_to_first_token_seconds_bucket", "vllm:e2e_request_latency_seconds_bucket",
+                   "vllm:time_per_output_token_seconds_bucket", "vllm:generation_tokens_total",
+                   "vllm:num_requests_running"):
+        assert f'{series}{{' in text and f'model_name="{model_name}"' in text, series
+    assert f'vllm:time_to_first_token_seconds_bucket{{le="0.001",model_name="{model_name}"}}' in text

@@ -96,6 +96,8 @@ class EngineStats:
     kv_cached_blocks: int = 0         # prefix-cache blocks no request references
     kv_evictions: int = 0             # cached blocks reused for new ones
     kv_host_limited: int = 0          # allocations refused for the host budget alone
+    prefix_queries: int = 0           # prompt tokens looked up in the prefix cache
+    prefix_hits: int = 0              # of them, found there
 
 
 def served_model_profile(config: LlamaConfig, name: str, tp: int = 1) -> ModelProfile:
@@ -576,7 +578,7 @@ class LLMEngine:
             request_failures=self.request_failures, step_failures=self.step_failures,
             kv_host_bytes=self.kv_cache.host_bytes, kv_host_budget_bytes=self.kv_host_budget_bytes,
             kv_host_blocks=bm.host_blocks, kv_cached_blocks=bm.num_cached_blocks, kv_evictions=bm.evictions,
-            kv_host_limited=bm.host_limited)
+            kv_host_limited=bm.host_limited, prefix_queries=bm.prefix_queries, prefix_hits=bm.prefix_hits)
 
     def check_invariants(self) -> None:
         """The pool adds up, counting every holder of blocks: running, pinned and receiving."""
