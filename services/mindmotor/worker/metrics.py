@@ -210,7 +210,8 @@ class RequestTimer:
         self.metrics.requests.labels(finish_reason=finish_reason).inc()
         if finish_reason in ("stop", "length", "abort"):
             self.metrics.vllm_success.labels(self.metrics.model_name, finish_reason).inc()
-        self.metrics.vllm_e2e.labels(self.metrics.model_name).observe(self.elapsed_s)
+        e2e = self._last_token_at - self.started if self._last_token_at is not None else self.elapsed_s
+        self.metrics.vllm_e2e.labels(self.metrics.model_name).observe(e2e)     # to the last token
         if self._tokens > 0:                 # the request's mean time per output token
             self.metrics.recent_tpot.add((self._last_token_at - self._first_token_at) / self._tokens)
 
