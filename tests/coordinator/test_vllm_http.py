@@ -71,3 +71,23 @@ def test_vllm_metric_names_on_the_coordinator(http, model_name):
                    "vllm:num_requests_running"):
         assert f'{series}{{' in text and f'model_name="{model_name}"' in text, series
     assert f'vllm:time_to_first_token_seconds_bucket{{le="0.001",model_name="{model_name}"}}' in text
+
+
+def test_cors(make_coordinator, virtual_workers):
+    coord = make_coordinator(workers=[w.address for w in virtual_workers], cors_allowed_origins=["https://app.example"],
+                             api_keys=["sk-test"])
+    with httpx.Client(base_url=coord.url, timeout=30) as c:
+        preflight = c.options("/v1/chat/completions", headers={
+            "Origin": "https://app.example", "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization, content-type"})
+        assert preflight.status_code == 200            # answered before the API key check
+        assert preflight.headers["access-control-allow-origin"] == "https://app.example"
+        got = c.get("/v1/models", headers={"Origin": "https://app.example", "Authorization": "Bearer sk-test"})
+        assert got.status_code == 200 and got.headers["access-control-allow-origin"] == "https://app.example"
+        other = c.get("/v1/models", headers={"Origin": "https://evil.example", "Authorization": "Bearer sk-test"})
+        assert "access-control-allow-origin" not in other.headers
+
+
+def test_cors_is_off_by_default(http):
+    response = http.get("/v1/models", headers={"Origin": "https://app.example"})
+    assert "access-control-allow-origin" not in response.headers
