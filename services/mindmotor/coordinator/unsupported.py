@@ -35,8 +35,9 @@ _COMMON: dict[str, tuple[Callable[[Any], bool], str]] = {
     "allowed_token_ids": (lambda v: v is None or v != [], "allowed_token_ids must not be empty"),
 }
 _CHAT: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "functions": (_none_or_empty, "function calling is not implemented on this server"),
-    "function_call": (lambda v: v is None or v in ("none", "auto"), "function calling is not implemented"),
+    "functions": (_none_or_empty, "the legacy function-calling fields are not implemented; use tools"),
+    "function_call": (lambda v: v is None or v in ("none", "auto"),
+                      "the legacy function-calling fields are not implemented; use tool_choice"),
     "chat_template": (_none_or_empty, "a request's own chat_template is not supported"),
     "chat_template_kwargs": (_none_or_empty, "chat_template_kwargs is not supported"),
     "continue_final_message": (_is(False), "continue_final_message is not supported"),
@@ -49,7 +50,7 @@ _CHAT: dict[str, tuple[Callable[[Any], bool], str]] = {
 
 def refuse_unsupported(data: Any, chat: bool) -> None:
     """BadRequest naming the first field of `data` (the raw JSON body) that asks for something
-    not implemented; the messages' tool calls too."""
+    not implemented; a message's legacy `function_call` too."""
     if not isinstance(data, dict):
         return
     table = {**_COMMON, **(_CHAT if chat else {})}
