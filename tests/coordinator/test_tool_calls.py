@@ -46,6 +46,24 @@ def test_named_tool_choice(client, model_name):
     assert call.id and choice.message.content is None and choice.finish_reason == "stop"
 
 
+def test_named_tool_choice_streams_the_arguments(client, model_name):
+    stream = client.chat.completions.create(
+        model=model_name, messages=MESSAGES, tools=[WEATHER, ADD], max_tokens=60, seed=2, stream=True,
+        tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    ids, names, pieces, finish = set(), "", [], None
+    for chunk in stream:
+        for c in chunk.choices:
+            for delta in c.delta.tool_calls or []:
+                assert delta.index == 0
+                ids |= {delta.id} if delta.id else set()
+                names += (delta.function.name or "") if delta.function else ""
+                if delta.function and delta.function.arguments:
+                    pieces.append(delta.function.arguments)
+            finish = c.finish_reason or finish
+    assert len(ids) == 1 and names == "get_weather" and finish == "stop"
+    assert len(pieces) > 1 and valid("get_weather", "".join(pieces))      # streamed in pieces
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_required_tool_choice(client, model_name, stream):
     kwargs = dict(model=model_name, messages=MESSAGES, tools=[WEATHER, ADD], tool_choice="required",

@@ -7,7 +7,7 @@ from .generation import Piece, Usage
 from .logprobs import TokenText, chat_logprobs, vllm_prompt_logprobs
 from .results import ChoiceResult, usage_body
 from .running_usage import RunningUsage
-from .tools import ToolPlan
+from .tools import ToolCall, ToolPlan
 
 OBJECT = "chat.completion"
 CHUNK_OBJECT = "chat.completion.chunk"
@@ -66,8 +66,11 @@ class ChatFormat:
         return chunks
 
     def _tool_stream_piece(self, index: int, piece: Piece) -> list[dict]:
-        """With tools the text is held until the choice ends (it may be a call), then sent as
+        """A named call streams as it is generated: the call's id and name first, then argument
+        deltas. Otherwise the text is held until the choice ends (it may be a call), then sent as
         content and/or OpenAI tool-call deltas (each call whole: id, name, arguments)."""
+        if self.tools.mode == "named":
+            return self._named_stream_piece(index, piece)
         held = self._held.setdefault(index, [])
         held.append(piece.text)
         if piece.finish_reason is None:
@@ -80,6 +83,19 @@ class ChatFormat:
         if calls:
             chunks.append(self._chunk(index, {"tool_calls": [c.body(i) for i, c in enumerate(calls)]}))
         chunks.append(self._chunk(index, {}, self._finish(piece.finish_reason, calls), stop_reason=piece.stop_reason))
+        return chunks
+
+    def _named_stream_piece(self, index: int, piece: Piece) -> list[dict]:
+        chunks = []
+        if index not in self._held:
+            self._held[index] = []
+            header = ToolCall(self.tools.name, "").body(0)
+            chunks.append(self._chunk(index, {"role": "assistant", "content": None, "tool_calls": [header]}))
+        if piece.text:
+            chunks.append(self._chunk(index, {"tool_calls": [{"index": 0, "function": {"arguments": piece.text}}]}))
+        if piece.finish_reason is not None:
+            del self._held[index]
+            chunks.append(self._chunk(index, {}, piece.finish_reason, stop_reason=piece.stop_reason))
         return chunks
 
     def _finish(self, finish_reason: str | None, calls) -> str | None:
