@@ -91,3 +91,12 @@ def test_cors(make_coordinator, virtual_workers):
 def test_cors_is_off_by_default(http):
     response = http.get("/v1/models", headers={"Origin": "https://app.example"})
     assert "access-control-allow-origin" not in response.headers
+
+
+def test_booleans_and_numbers_are_coerced_as_vllm_does(http, model_name):
+    body = {"model": model_name, "prompt": "x", "max_tokens": "3", "temperature": "0", "ignore_eos": "true",
+            "echo": 0, "logprobs": "1"}
+    response = http.post("/v1/completions", json=body)
+    assert response.status_code == 200, response.text
+    choice = response.json()["choices"][0]
+    assert len(choice["logprobs"]["tokens"]) == 3 and response.json()["usage"]["completion_tokens"] == 3

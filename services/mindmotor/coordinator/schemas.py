@@ -5,7 +5,8 @@ as plain dicts (formats in `completion_format` and `chat_format`). Unknown field
 Extensions to OpenAI's fields (vLLM's names): `top_k`, `ignore_eos`, `min_tokens`, `priority`
 (lower runs first), `stop_token_ids`, `include_stop_str_in_output`, `min_p`, `repetition_penalty`,
 `allowed_token_ids`, `bad_words`. Fields that would change the output but are not implemented
-are refused by name (`unsupported`).
+are refused by name (`unsupported`). Booleans and numbers are coerced as vLLM's (pydantic's lax
+mode) do: `"true"`, `1`, `"yes"` are true, `"0.5"` is 0.5; anything else is a 400 naming the field.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from mindmotor.engine.request_rules import INT32_MAX, INT64_MAX
 
@@ -28,8 +29,8 @@ class _Body(BaseModel):
 
 
 class StreamOptions(_Body):
-    include_usage: StrictBool = False
-    continuous_usage_stats: StrictBool = False     # vLLM: usage (so far) on every chunk
+    include_usage: bool = False
+    continuous_usage_stats: bool = False     # vLLM: usage (so far) on every chunk
 
 
 class _Sampling(_Body):
@@ -45,12 +46,12 @@ class _Sampling(_Body):
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     user: str | None = None
-    stream: StrictBool = False
+    stream: bool = False
     stream_options: StreamOptions | None = None
-    ignore_eos: StrictBool = False
+    ignore_eos: bool = False
     min_tokens: int = Field(0, ge=0)
     priority: int = Field(0, ge=-(2**31), le=INT32_MAX)
-    include_stop_str_in_output: StrictBool = False
+    include_stop_str_in_output: bool = False
     logit_bias: dict[str, float] | None = None
     min_p: float | None = Field(None, ge=0.0, le=1.0)
     repetition_penalty: float | None = Field(None, gt=0.0, le=2.0)
@@ -64,7 +65,7 @@ class _Sampling(_Body):
     guided_choice: list[str] | None = None
     guided_grammar: str | None = None
     structured_outputs: dict | None = None
-    return_tokens_as_token_ids: StrictBool = False
+    return_tokens_as_token_ids: bool = False
 
     @field_validator("stop")
     @classmethod
@@ -98,7 +99,7 @@ class CompletionRequest(_Sampling):
     prompt: PromptType
     max_tokens: int | None = Field(16, ge=0)    # 0: with echo, score the prompt only
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
-    echo: StrictBool = False
+    echo: bool = False
     suffix: str | None = None
     best_of: int | None = None
 
@@ -170,12 +171,12 @@ class ChatCompletionRequest(_Sampling):
     messages: list[ChatMessage] = Field(..., min_length=1)
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
-    logprobs: StrictBool = False
+    logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
-    add_generation_prompt: StrictBool = True
+    add_generation_prompt: bool = True
     tools: list[dict] | None = None
     tool_choice: str | dict | None = None
-    parallel_tool_calls: StrictBool | None = None
+    parallel_tool_calls: bool | None = None
 
     @property
     def max_new_tokens(self) -> int | None:
@@ -187,8 +188,8 @@ class TokenizeRequest(_Body):
     model: str = ""
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
-    add_generation_prompt: StrictBool = True
-    return_token_strs: StrictBool = False
+    add_generation_prompt: bool = True
+    return_token_strs: bool = False
 
 
 class DetokenizeRequest(_Body):
