@@ -70,7 +70,7 @@ def same_output(a: dict, b: dict) -> bool:
     return a["choices"] == b["choices"] and [a["usage"][k] for k in counts] == [b["usage"][k] for k in counts]
 
 
-def model_not_found(response: httpx.Response, status: int = 400) -> dict:
+def model_not_found(response: httpx.Response, status: int = 404) -> dict:
     assert response.status_code == status, response.text
     error = response.json()["error"]
     assert error["code"] == "model_not_found" and error["param"] == "model"

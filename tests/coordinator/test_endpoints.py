@@ -32,7 +32,7 @@ def test_tokenize_messages_uses_the_chat_template(http, model_name, coordinator)
 def test_tokenize_errors(http, model_name):
     assert http.post("/tokenize", json={"model": model_name}).status_code == 400
     assert http.post("/detokenize", json={"model": model_name, "tokens": [-1]}).status_code == 400
-    assert http.post("/detokenize", json={"model": "nope", "tokens": [1]}).status_code == 400
+    assert http.post("/detokenize", json={"model": "nope", "tokens": [1]}).status_code == 404   # model_not_found
 
 
 def test_health_ready_and_models(http, model_name):
@@ -70,7 +70,7 @@ def test_metrics_count_requests_and_latencies(http, model_name):
     http.post("/v1/completions", json={"model": "nope", "prompt": "x"})
     text = http.get("/metrics").text
     assert f'mindmotor_coordinator_requests_total{{endpoint="/v1/completions",model="{model_name}",status="200"}}' in text
-    assert 'status="400"' in text
+    assert 'status="404"' in text
     for name in ("time_to_first_token_seconds_bucket", "inter_token_latency_seconds_bucket",
                  "time_per_output_token_seconds_bucket", "e2e_request_latency_seconds_bucket",
                  "outstanding_requests", "retries_total", "migrations_total", "routable_instances"):

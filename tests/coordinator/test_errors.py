@@ -28,7 +28,8 @@ def assert_openai_error(response: httpx.Response, status: int, param: str | None
 @pytest.mark.parametrize("body, param, words", [
     ({"prompt": "hi", "temperature": 3}, "temperature", "less than or equal to 2"),
     ({"prompt": "hi", "top_p": 0}, "top_p", "greater than 0"),
-    ({"prompt": "hi", "max_tokens": 0}, "max_tokens", "greater than or equal to 1"),
+    ({"prompt": "hi", "max_tokens": 0}, "max_tokens", "only allowed with echo"),
+    ({"prompt": "hi", "max_tokens": -1}, "max_tokens", "greater than or equal to 0"),
     ({"prompt": "hi", "max_tokens": "many"}, "max_tokens", "valid integer"),
     ({"prompt": "hi", "n": 0}, "n", "greater than or equal to 1"),
     ({"prompt": "hi", "n": 1000}, "n", "at most"),
@@ -36,13 +37,15 @@ def assert_openai_error(response: httpx.Response, status: int, param: str | None
     ({"prompt": "hi", "presence_penalty": -3}, "presence_penalty", "greater than or equal to -2"),
     ({"prompt": "hi", "stop": ["x"] * 17}, "stop", "at most 16"),
     ({"prompt": "hi", "stop": [""]}, "stop", "must not be empty"),
-    ({"prompt": "hi", "stream": "yes"}, "stream", "valid boolean"),
+    ({"prompt": "hi", "stream": "maybe"}, "stream", "valid boolean"),
+    ({"prompt": "hi", "echo": 2}, "echo", "valid boolean"),
     ({"prompt": "hi", "min_tokens": 9, "max_tokens": 4}, "min_tokens", "must not exceed"),
     ({"prompt": ""}, "prompt", "empty"),
     ({"prompt": []}, "prompt", "empty"),
     ({"prompt": {"text": "hi"}}, "prompt", "valid"),
     ({}, "prompt", "Field required"),
-    ({"prompt": "hi", "echo": True, "logprobs": 1}, "echo", "not supported"),
+    ({"prompt": "hi", "echo": True, "max_tokens": 0, "min_tokens": 1}, "min_tokens", "must be 0"),
+    ({"prompt": "hi", "prompt_logprobs": 21}, "prompt_logprobs", "less than or equal to 20"),
 ])
 def test_invalid_completion_parameters_are_400(http, model_name, body, param, words):
     error = assert_openai_error(http.post("/v1/completions", json={"model": model_name, **body}), 400)
@@ -58,15 +61,16 @@ def test_invalid_completion_parameters_are_400(http, model_name, body, param, wo
      "messages.0.content"),
     ({"messages": "hi"}, "messages"),
     ({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}, "top_logprobs"),
-    ({"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"5": 1}}, "logit_bias"),
+    ({"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"x": 1}}, "logit_bias"),
+    ({"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"5": 101}}, "logit_bias"),
 ])
 def test_invalid_chat_parameters_are_400(http, model_name, body, param):
     error = assert_openai_error(http.post("/v1/chat/completions", json={"model": model_name, **body}), 400)
     assert error["param"] == param
 
 
-def test_unknown_model_is_400(http):
-    error = assert_openai_error(http.post("/v1/completions", json={"model": "gpt-9", "prompt": "hi"}), 400, "model")
+def test_unknown_model_is_404(http):
+    error = assert_openai_error(http.post("/v1/completions", json={"model": "gpt-9", "prompt": "hi"}), 404, "model")
     assert error["code"] == "model_not_found" and "gpt-9" in error["message"]
 
 

@@ -76,3 +76,18 @@ def test_dead_prefill_worker_falls_back_to_decode(pd_workers, tiny_ckpt, tmp_pat
             in metrics
     finally:
         p.stop()
+
+
+def test_split_carries_structured_output_and_prompt_logprobs(pd_workers, make_coordinator, model_name, coordinator):
+    """Through the split: the grammar masks the first token on the prefill worker and follows it on
+    the decode worker (the output equals a mixed worker's, seeded); prompt logprobs come from the
+    prefill worker once."""
+    p, d = pd_workers
+    coord = make_coordinator(workers=[p.address, d.address])
+    body = {"model": model_name, "prompt": PROMPTS[0], "max_tokens": 60, "temperature": 1.0, "seed": 9,
+            "guided_regex": "[a-e]{3,12}-[0-9]{2}", "prompt_logprobs": 1}
+    split = httpx.post(coord.url + "/v1/completions", json=body, timeout=30).json()["choices"][0]
+    mixed = httpx.post(coordinator.url + "/v1/completions", json=body, timeout=30).json()["choices"][0]
+    assert split["text"] == mixed["text"] and split["finish_reason"] == "stop"
+    assert split["prompt_logprobs"] == mixed["prompt_logprobs"] and split["prompt_logprobs"][0] is None
+    assert d.status().load.kv_transfers >= 1

@@ -49,3 +49,14 @@ def test_last_chunk_carries_finish_stop_reason_and_usage():
 def test_middle_chunk_has_no_finish_and_no_usage():
     chunk = response_from_output(RequestOutput("r", [5], "x", finished=False))
     assert chunk.finish_reason == "" and not chunk.HasField("usage") and chunk.WhichOneof("stop_reason") is None
+
+
+def test_vllm_fields_reach_the_engine():
+    params = sampling_params_from_proto(pb.SamplingParams(
+        min_p=0.25, repetition_penalty=1.5, logit_bias={7: -100.0, 9: 2.5}, allowed_token_ids=[3, 4],
+        bad_words=["foo bar"]))
+    assert params.min_p == 0.25 and params.repetition_penalty == 1.5
+    assert params.logit_bias == {7: -100.0, 9: 2.5} and params.allowed_token_ids == [3, 4]
+    assert params.bad_words == ["foo bar"]
+    unset = sampling_params_from_proto(pb.SamplingParams())
+    assert unset.repetition_penalty == 1.0 and unset.allowed_token_ids is None and not unset.logit_bias

@@ -48,6 +48,10 @@ def test_request_timer_records_ttft_and_mean_tpot(monkeypatch):
         requests = type("C", (), {"labels": lambda self, **kw: type("I", (), {"inc": lambda s: None})()})()
         recent_ttft = LatencyWindow(clock=Clock())
         recent_tpot = LatencyWindow(clock=Clock())
+        model_name = "m"
+        vllm_ttft = vllm_tpot = vllm_itl = vllm_e2e = vllm_success = type(   # vLLM's names: not under test here
+            "V", (), {"labels": lambda self, *a: type("O", (), {"observe": lambda s, v: None,
+                                                                "inc": lambda s: None})()})()
 
     monkeypatch.setattr(metrics_module.time, "monotonic", lambda: next(times))
     timer = RequestTimer(FakeMetrics())

@@ -120,3 +120,19 @@ def test_npu_smi_command_asks_a_live_worker(served):
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert "910B3" in result.stdout and "65536" in result.stdout and "OK" in result.stdout
+
+
+def test_vllm_metric_names(served, tiny_model):
+    """vLLM's names, buckets and model_name label beside ours, with the same values."""
+    families, text = scrape(served)
+    m = {"model_name": tiny_model.name}
+    assert value(families["vllm:num_requests_running"], "vllm:num_requests_running", **m) == 0
+    assert value(families["vllm:kv_cache_usage_perc"], "vllm:kv_cache_usage_perc", **m) == 0
+    hits = value(families["vllm:prefix_cache_hits"], "vllm:prefix_cache_hits_total", **m)
+    queries = value(families["vllm:prefix_cache_queries"], "vllm:prefix_cache_queries_total", **m)
+    assert 0 < hits < queries
+    assert value(families["vllm:generation_tokens"], "vllm:generation_tokens_total", **m) >= 18
+    assert value(families["vllm:time_to_first_token_seconds"], "vllm:time_to_first_token_seconds_count", **m) >= 3
+    assert f'vllm:time_to_first_token_seconds_bucket{{le="2560.0",model_name="{tiny_model.name}"}}' in text
+    assert f'vllm:e2e_request_latency_seconds_bucket{{le="7680.0",model_name="{tiny_model.name}"}}' in text
+    assert value(families["vllm:request_success"], "vllm:request_success_total", finished_reason="length", **m) >= 3

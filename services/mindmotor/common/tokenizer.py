@@ -31,12 +31,9 @@ TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 
 # ChatML, as Qwen2 uses it: https://huggingface.co/docs/transformers/chat_templating
-CHATML_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
+# ChatML, with tools: their signatures in a system turn, calls as <tool_call>{"name", "arguments"}</tool_call>
+# in assistant turns, results as tool turns (<tool_response>); without tools, plain ChatML.
+CHATML_TEMPLATE = "{%- if tools %}<|im_start|>system\n{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}\n\n{% endif %}You may call these functions:\n<tools>\n{% for tool in tools %}{{ tool | tojson }}\n{% endfor %}</tools>\nTo call one, answer with <tool_call>{\"name\": <function name>, \"arguments\": <arguments object>}</tool_call><|im_end|>\n{% endif %}\n{%- for message in messages %}\n{%- if tools and loop.first and message['role'] == 'system' %}\n{%- elif message['role'] == 'tool' %}{{ '<|im_start|>tool\\n<tool_response>' + (message['content'] or '') + '</tool_response><|im_end|>\\n' }}\n{%- else %}{{ '<|im_start|>' + message['role'] + '\\n' + (message['content'] or '') }}\n{%- for call in message['tool_calls'] or [] %}{{ '<tool_call>{\"name\": ' }}{{ call['function']['name'] | tojson }}{{ ', \"arguments\": ' + call['function']['arguments'] + '}</tool_call>' }}{% endfor %}\n{{- '<|im_end|>\\n' }}\n{%- endif %}\n{%- endfor %}\n{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 
 
 class TokenizerError(ValueError):
@@ -169,14 +166,16 @@ class Tokenizer:
     def id_to_token(self, token_id: int) -> str | None:
         return self.hf.id_to_token(int(token_id))
 
-    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True,
+                            tools: list[dict] | None = None) -> str:
         if not self.chat_template:
             raise TokenizerError("this model has no chat template (tokenizer_config.json: chat_template)")
         if self._template is None:
             env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
             self._template = env.from_string(self.chat_template)
         return self._template.render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                     bos_token=self.bos_token or "", eos_token=self.eos_token or "")
+                                     bos_token=self.bos_token or "", eos_token=self.eos_token or "",
+                                     tools=tools or None)
 
 
 class IncrementalDetokenizer:

@@ -12,6 +12,7 @@ import logging
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from starlette.middleware.cors import CORSMiddleware
 
 from .admission import Admission
 from .auth import APIKeys
@@ -94,7 +95,7 @@ def create_app(settings: CoordinatorSettings, coordinator: Coordinator | None = 
                 await c.limiter.close()
 
     app = FastAPI(title="MindMotor Coordinator", lifespan=lifespan, docs_url=None, redoc_url=None,
-                  openapi_url=None)
+                  openapi_url="/openapi.json")
     app.state.coordinator = c
     install_handlers(app)
     app.include_router(api_router())
@@ -102,4 +103,8 @@ def create_app(settings: CoordinatorSettings, coordinator: Coordinator | None = 
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(GateMiddleware, keys=c.keys, limiter=c.limiter, metrics=c.metrics)
     app.add_middleware(RequestIdMiddleware, metrics=c.metrics)
+    if settings.cors_allowed_origins:       # outermost: a preflight is answered before auth
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_allowed_origins,
+                           allow_methods=settings.cors_allowed_methods, allow_headers=settings.cors_allowed_headers,
+                           allow_credentials=settings.cors_allow_credentials)
     return app

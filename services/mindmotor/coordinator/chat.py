@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from starlette.requests import Request
@@ -11,9 +12,11 @@ from .chat_format import ChatFormat
 from .errors import BadRequest
 from .planning import generate
 from .prompts import chat_prompt
+from .running_usage import RunningUsage
 from .sampling import sampling_from_request
 from .schemas import ChatCompletionRequest
 from .state import Coordinator, request_id
+from .tools import tool_plan
 
 
 async def create_chat_completion(c: Coordinator, body: ChatCompletionRequest, request: Request) -> Response:
@@ -21,11 +24,23 @@ async def create_chat_completion(c: Coordinator, body: ChatCompletionRequest, re
     request.state.model = model.name
     if body.top_logprobs and not body.logprobs:
         raise BadRequest("top_logprobs requires logprobs to be true", param="top_logprobs")
-    prompt = chat_prompt(body.messages, model.tokenizer, body.add_generation_prompt)
+    if body.prompt_logprobs is not None and body.stream:
+        raise BadRequest("prompt_logprobs are not available when stream is true", param="prompt_logprobs")
+    tools = tool_plan(body)
+    prompt = chat_prompt(body.messages, model.tokenizer, body.add_generation_prompt, tools.tools)
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
-    sampling = sampling_from_request(body, body.max_new_tokens, logprobs)
+    sampling = sampling_from_request(body, body.max_new_tokens, logprobs, body.prompt_logprobs)
+    forced = tools.constraint()
+    if forced is not None:
+        if sampling.structured is not None:
+            raise BadRequest("a forced tool call (tool_choice required or named) cannot be combined with "
+                             "another structured output", param="tool_choice")
+        sampling = dataclasses.replace(sampling, structured=forced)
     rid = request_id(request)
     fmt = ChatFormat(f"chatcmpl-{rid}", int(time.time()), model.name, model.tokens,
-                     body.logprobs, body.top_logprobs or 0, body.include_usage)
+                     body.logprobs, body.top_logprobs or 0, body.include_usage,
+                     prompt_logprobs=body.prompt_logprobs, as_ids=body.return_tokens_as_token_ids,
+                     prompt_token_ids=list(prompt.token_ids), tools=tools,
+                     running=RunningUsage([len(prompt.token_ids)] * body.n) if body.continuous_usage else None)
     return await generate(c, request, rid, model, [prompt], sampling, body.n, body.priority, fmt,
                           body.stream, body.include_usage)

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 from .generation import Piece, Usage
-from .logprobs import TokenText, chat_logprobs
+from .logprobs import TokenText, chat_logprobs, vllm_prompt_logprobs
 from .results import ChoiceResult, usage_body
+from .running_usage import RunningUsage
+from .tools import ToolCall, ToolPlan
 
 OBJECT = "chat.completion"
 CHUNK_OBJECT = "chat.completion.chunk"
@@ -13,7 +15,9 @@ CHUNK_OBJECT = "chat.completion.chunk"
 
 class ChatFormat:
     def __init__(self, response_id: str, created: int, model: str, tokens: TokenText, logprobs: bool,
-                 top_logprobs: int, include_usage: bool):
+                 top_logprobs: int, include_usage: bool, prompt_logprobs: int | None = None,
+                 as_ids: bool = False, prompt_token_ids: list[int] | None = None, tools: ToolPlan | None = None,
+                 running: RunningUsage | None = None):
         self.response_id = response_id
         self.created = created
         self.model = model
@@ -21,6 +25,12 @@ class ChatFormat:
         self.logprobs = logprobs
         self.top_logprobs = top_logprobs
         self.include_usage = include_usage
+        self.prompt_logprobs = prompt_logprobs      # vLLM's field (not streamed), when asked
+        self.prompt_token_ids = prompt_token_ids
+        self.as_ids = as_ids
+        self.tools = tools if tools is not None and tools.parses else None
+        self._held: dict[int, list[str]] = {}      # with tools: each choice's text, parsed at its end
+        self.running = running                      # continuous_usage_stats
 
     def _chunk(self, index: int, delta: dict, finish_reason: str | None = None, logprobs=None,
                stop_reason=None) -> dict:
@@ -31,17 +41,23 @@ class ChatFormat:
                  "system_fingerprint": None, "choices": [choice]}
         if self.include_usage:
             chunk["usage"] = None
+        if self.running is not None:
+            chunk["usage"] = self.running.body(index)
         return chunk
 
     def _logprobs(self, entries) -> dict | None:
         if not self.logprobs:
             return None
-        return {"content": chat_logprobs(entries, self.tokens, self.top_logprobs), "refusal": None}
+        return {"content": chat_logprobs(entries, self.tokens, self.top_logprobs, self.as_ids), "refusal": None}
 
     def stream_start(self, index: int) -> list[dict]:
         return [self._chunk(index, {"role": "assistant", "content": ""})]
 
     def stream_piece(self, index: int, piece: Piece) -> list[dict]:
+        if self.running is not None:
+            self.running.add(index, len(piece.token_ids))
+        if self.tools is not None:
+            return self._tool_stream_piece(index, piece)
         chunks = []
         if piece.text or (self.logprobs and piece.logprobs):
             chunks.append(self._chunk(index, {"content": piece.text}, logprobs=self._logprobs(piece.logprobs)))
@@ -49,15 +65,66 @@ class ChatFormat:
             chunks.append(self._chunk(index, {}, piece.finish_reason, stop_reason=piece.stop_reason))
         return chunks
 
+    def _tool_stream_piece(self, index: int, piece: Piece) -> list[dict]:
+        """A named call streams as it is generated: the call's id and name first, then argument
+        deltas. Otherwise the text is held until the choice ends (it may be a call), then sent as
+        content and/or OpenAI tool-call deltas (each call whole: id, name, arguments)."""
+        if self.tools.mode == "named":
+            return self._named_stream_piece(index, piece)
+        held = self._held.setdefault(index, [])
+        held.append(piece.text)
+        if piece.finish_reason is None:
+            return []
+        del self._held[index]
+        content, calls = self.tools.parse("".join(held))
+        chunks = []
+        if content:
+            chunks.append(self._chunk(index, {"content": content}))
+        if calls:
+            chunks.append(self._chunk(index, {"tool_calls": [c.body(i) for i, c in enumerate(calls)]}))
+        chunks.append(self._chunk(index, {}, self._finish(piece.finish_reason, calls), stop_reason=piece.stop_reason))
+        return chunks
+
+    def _named_stream_piece(self, index: int, piece: Piece) -> list[dict]:
+        chunks = []
+        if index not in self._held:
+            self._held[index] = []
+            header = ToolCall(self.tools.name, "").body(0)
+            chunks.append(self._chunk(index, {"role": "assistant", "content": None, "tool_calls": [header]}))
+        if piece.text:
+            chunks.append(self._chunk(index, {"tool_calls": [{"index": 0, "function": {"arguments": piece.text}}]}))
+        if piece.finish_reason is not None:
+            del self._held[index]
+            chunks.append(self._chunk(index, {}, piece.finish_reason, stop_reason=piece.stop_reason))
+        return chunks
+
+    def _finish(self, finish_reason: str | None, calls) -> str | None:
+        if calls and self.tools.mode != "named" and finish_reason == "stop":
+            return "tool_calls"
+        return finish_reason
+
+    def _message(self, result: ChoiceResult) -> tuple[dict, str | None]:
+        if self.tools is None:
+            return {"role": "assistant", "content": result.text, "refusal": None}, result.finish_reason
+        content, calls = self.tools.parse(result.text)
+        message = {"role": "assistant", "content": content, "refusal": None,
+                   "tool_calls": [c.body() for c in calls]}
+        return message, self._finish(result.finish_reason, calls)
+
     def usage_chunk(self, usage: Usage) -> dict:
         return {"id": self.response_id, "object": CHUNK_OBJECT, "created": self.created, "model": self.model,
                 "system_fingerprint": None, "choices": [], "usage": usage_body(usage)}
 
     def response(self, results: list[ChoiceResult], usage: Usage) -> dict:
-        choices = [{"index": index,
-                    "message": {"role": "assistant", "content": result.text, "refusal": None},
-                    "logprobs": self._logprobs(result.logprobs), "finish_reason": result.finish_reason,
-                    "stop_reason": result.stop_reason}
-                   for index, result in enumerate(results)]
-        return {"id": self.response_id, "object": OBJECT, "created": self.created, "model": self.model,
+        choices = []
+        for index, result in enumerate(results):
+            message, finish_reason = self._message(result)
+            choices.append({"index": index, "message": message, "logprobs": self._logprobs(result.logprobs),
+                            "finish_reason": finish_reason, "stop_reason": result.stop_reason})
+        body = {"id": self.response_id, "object": OBJECT, "created": self.created, "model": self.model,
                 "system_fingerprint": None, "choices": choices, "usage": usage_body(usage)}
+        if self.prompt_logprobs is not None:
+            body["prompt_logprobs"] = vllm_prompt_logprobs(
+                self.prompt_token_ids[0], results[0].prompt_logprobs if results else [], self.tokens,
+                self.prompt_logprobs, self.as_ids)
+        return body

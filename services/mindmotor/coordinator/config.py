@@ -119,6 +119,12 @@ class CoordinatorSettings(BaseSettings):
     rate_limit_redis_timeout_s: float = Field(0.5, gt=0)  # each rate limit call to Redis (connect included)
     rate_limit_redis_skip_s: float = Field(5.0, ge=0)  # after a failed call Redis is skipped this long (fail open)
 
+    # CORS (vLLM's --allowed-origins etc.): off while no origin is allowed
+    cors_allowed_origins: Annotated[list[str], NoDecode] = []    # e.g. ["https://app.example"] or ["*"]
+    cors_allowed_methods: Annotated[list[str], NoDecode] = ["*"]
+    cors_allowed_headers: Annotated[list[str], NoDecode] = ["*"]
+    cors_allow_credentials: bool = False
+
     @field_validator("workers", mode="before")
     @classmethod
     def _workers(cls, value: Any) -> Any:
@@ -133,6 +139,11 @@ class CoordinatorSettings(BaseSettings):
     @field_validator("api_keys", mode="before")
     @classmethod
     def _api_keys(cls, value: Any) -> Any:
+        return [str(v) for v in (_split_list(value) or [])]
+
+    @field_validator("cors_allowed_origins", "cors_allowed_methods", "cors_allowed_headers", mode="before")
+    @classmethod
+    def _cors_lists(cls, value: Any) -> Any:
         return [str(v) for v in (_split_list(value) or [])]
 
     @model_validator(mode="after")

@@ -59,6 +59,16 @@ class NotFound(APIError):
     type = "not_found_error"
 
 
+class ModelNotFound(NotFound):
+    """An unknown model: OpenAI's 404 (`invalid_request_error`, code `model_not_found`)."""
+    type = "invalid_request_error"
+
+
+class MethodNotAllowed(APIError):
+    status = 405
+    type = "invalid_request_error"
+
+
 class PayloadTooLarge(APIError):
     status = 413
     type = "invalid_request_error"
@@ -132,10 +142,10 @@ def install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
-        kind = {404: NotFound, 405: BadRequest}.get(exc.status_code)
-        if exc.status_code == 400 or kind is BadRequest:
+        kind = {404: NotFound, 405: MethodNotAllowed}.get(exc.status_code)
+        if exc.status_code == 400:
             return error_response(BadRequest(str(exc.detail)))
-        err = (kind or APIError)(str(exc.detail))
+        err = (kind or APIError)(str(exc.detail), headers=dict(exc.headers or {}))
         err.status = exc.status_code
         return error_response(err)
 

@@ -66,6 +66,7 @@ class Piece:
     finish_reason: str | None = None          # "stop" | "length" on the last piece
     stop_reason: int | str | None = None      # the stop token id or stop string, for "stop"
     usage: Usage | None = None                # on the last piece
+    prompt_logprobs: list[pb.TokenLogprob] = field(default_factory=list)   # on the first, when asked
 
 
 @dataclass
@@ -279,7 +280,8 @@ class Generation:
         self.produced.extend(token_ids)
         self.sent_chars += len(response.text)
         piece = Piece(token_ids=token_ids, text=response.text, logprobs=list(response.logprobs),
-                      finish_reason=finish, stop_reason=getattr(response, kind) if kind else None)
+                      finish_reason=finish, stop_reason=getattr(response, kind) if kind else None,
+                      prompt_logprobs=list(response.prompt_logprobs))
         if finish is not None:
             prompt = len(self.request.prompt_token_ids)
             cached = response.usage.cached_tokens if response.HasField("usage") else 0

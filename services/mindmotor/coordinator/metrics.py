@@ -6,6 +6,8 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from mindmotor.common import vllm_metrics as V
+
 LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120)
 TOKEN_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56)
 
@@ -61,6 +63,19 @@ class CoordinatorMetrics:
         self.version_ttft = Histogram(p + "version_time_to_first_token_seconds", "from arrival to the first "
                                       "token, per model version", per_version, buckets=LATENCY_BUCKETS, registry=r)
 
+        # vLLM's names, buckets and `model_name` label (common/vllm_metrics.py), beside ours
+        self.vllm_ttft = Histogram(V.TTFT, "Time to first token in seconds", [V.LABEL], buckets=V.TTFT_BUCKETS,
+                                   registry=r)
+        self.vllm_tpot = Histogram(V.TPOT, "Time per output token in seconds", [V.LABEL], buckets=V.TPOT_BUCKETS,
+                                   registry=r)
+        self.vllm_itl = Histogram(V.INTER_TOKEN, "Inter-token latency in seconds", [V.LABEL],
+                                  buckets=V.TPOT_BUCKETS, registry=r)
+        self.vllm_e2e = Histogram(V.E2E, "End-to-end request latency in seconds", [V.LABEL], buckets=V.E2E_BUCKETS,
+                                  registry=r)
+        self.vllm_running = Gauge(V.NUM_REQUESTS_RUNNING, "Choices being generated (admitted, not finished)",
+                                  [V.LABEL], registry=r)
+        self.vllm_generation_tokens = Counter(V.GENERATION_TOKENS, "Generation tokens", [V.LABEL], registry=r)
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
@@ -83,14 +98,19 @@ class ChoiceTimer:
         if self.first is None:
             self.first = now
             self.metrics.ttft.labels(self.model).observe(now - self.arrival)
+            self.metrics.vllm_ttft.labels(self.model).observe(now - self.arrival)
         elif self.last is not None:
             self.metrics.itl.labels(self.model).observe(now - self.last)
+            self.metrics.vllm_itl.labels(self.model).observe(now - self.last)
         self.last = now
         self.tokens += n
 
     def on_finish(self) -> None:
         now = time.perf_counter()
         self.metrics.e2e.labels(self.model).observe(now - self.arrival)
+        self.metrics.vllm_e2e.labels(self.model).observe(now - self.arrival)
         self.metrics.generation_tokens.labels(self.model).inc(self.tokens)
+        self.metrics.vllm_generation_tokens.labels(self.model).inc(self.tokens)
         if self.first is not None and self.tokens > 1:
             self.metrics.tpot.labels(self.model).observe((now - self.first) / (self.tokens - 1))
+            self.metrics.vllm_tpot.labels(self.model).observe((now - self.first) / (self.tokens - 1))

@@ -30,7 +30,7 @@ from typing import Callable, Collection
 from mindmotor.common.tokenizer import Tokenizer, TokenizerFiles
 
 from .config import CoordinatorSettings
-from .errors import BadRequest
+from .errors import BadRequest, ModelNotFound
 from .instances import RoutingTable
 from .logprobs import TokenText
 
@@ -145,8 +145,8 @@ class ModelCatalog:
                 raise BadRequest("'model' is required", param="model", code="missing_model")
             name = names[0]
         if name not in names:
-            raise BadRequest(f"the model {name!r} does not exist; available: {', '.join(names) or 'none'}",
-                             param="model", code="model_not_found")
+            raise ModelNotFound(f"the model {name!r} does not exist; available: {', '.join(names) or 'none'}",
+                                param="model", code="model_not_found")
         tokenizer = self.tokenizer(name)
         tokens = self._tokens.get(name)
         if tokens is None or tokens.tokenizer is not tokenizer:

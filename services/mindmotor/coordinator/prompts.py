@@ -55,7 +55,8 @@ def completion_prompts(prompt, tokenizer: Tokenizer) -> list[Prompt]:
     return prompts
 
 
-def chat_text(messages: Sequence[ChatMessage], tokenizer: Tokenizer, add_generation_prompt: bool = True) -> str:
+def chat_text(messages: Sequence[ChatMessage], tokenizer: Tokenizer, add_generation_prompt: bool = True,
+              tools: list[dict] | None = None) -> str:
     for i, m in enumerate(messages):
         try:
             check_text(m.text(), f"messages.{i}.content")
@@ -63,8 +64,8 @@ def chat_text(messages: Sequence[ChatMessage], tokenizer: Tokenizer, add_generat
         except InvalidRequest as exc:
             raise bad_request(exc) from None
     try:
-        return tokenizer.apply_chat_template([{"role": m.role, "content": m.text()} for m in messages],
-                                             add_generation_prompt=add_generation_prompt)
+        return tokenizer.apply_chat_template([m.template_dict() for m in messages],
+                                             add_generation_prompt=add_generation_prompt, tools=tools)
     except TokenizerError as exc:
         raise BadRequest(str(exc), param="messages") from exc
     except Exception as exc:  # a template error (jinja2): the messages do not fit the template
@@ -72,8 +73,9 @@ def chat_text(messages: Sequence[ChatMessage], tokenizer: Tokenizer, add_generat
                          param="messages") from exc
 
 
-def chat_prompt(messages: Sequence[ChatMessage], tokenizer: Tokenizer, add_generation_prompt: bool = True) -> Prompt:
-    text = chat_text(messages, tokenizer, add_generation_prompt)
+def chat_prompt(messages: Sequence[ChatMessage], tokenizer: Tokenizer, add_generation_prompt: bool = True,
+                tools: list[dict] | None = None) -> Prompt:
+    text = chat_text(messages, tokenizer, add_generation_prompt, tools)
     ids = encode_text(tokenizer, text, "messages")
     if not ids:
         raise BadRequest("the messages make an empty prompt", param="messages")

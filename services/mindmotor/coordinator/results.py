@@ -19,6 +19,7 @@ class ChoiceResult:
     finish_reason: str | None = None
     stop_reason: int | str | None = None
     usage: Usage | None = None
+    prompt_logprobs: list[pb.TokenLogprob] = field(default_factory=list)
 
     @property
     def text(self) -> str:
@@ -28,6 +29,7 @@ class ChoiceResult:
         self.text_parts.append(piece.text)
         self.token_ids.extend(piece.token_ids)
         self.logprobs.extend(piece.logprobs)
+        self.prompt_logprobs.extend(piece.prompt_logprobs)
         if piece.finish_reason is not None:
             self.finish_reason = piece.finish_reason
             self.stop_reason = piece.stop_reason

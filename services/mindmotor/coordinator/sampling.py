@@ -7,11 +7,13 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from mindmotor.engine.request_rules import InvalidRequest
+from mindmotor.engine.grammar import Constraint
+from mindmotor.engine.request_rules import InvalidRequest, check_logit_bias
 from mindmotor.engine.sampling_params import SamplingParams
 from mindmotor.protocol import worker_pb2 as pb
 
 from .errors import BadRequest
+from .structured import constraint_from_request
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,13 @@ class SamplingOptions:
     frequency_penalty: float = 0.0
     logprobs: int | None = None          # top alternatives per token; 0: the chosen token only
     include_stop_str_in_output: bool = False
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: tuple[tuple[int, float], ...] = ()       # (token id, bias), frozen
+    allowed_token_ids: tuple[int, ...] | None = None
+    bad_words: tuple[str, ...] = ()
+    prompt_logprobs: int | None = None   # per prompt token; 0: the prompt token only
+    structured: Constraint | None = None
 
     def __post_init__(self):
         try:
@@ -36,6 +45,11 @@ class SamplingOptions:
                            stop_token_ids=list(self.stop_token_ids), ignore_eos=self.ignore_eos,
                            min_tokens=self.min_tokens, presence_penalty=self.presence_penalty,
                            frequency_penalty=self.frequency_penalty, logprobs=self.logprobs,
+                           min_p=self.min_p, repetition_penalty=self.repetition_penalty,
+                           logit_bias=dict(self.logit_bias),
+                           allowed_token_ids=None if self.allowed_token_ids is None else list(self.allowed_token_ids),
+                           bad_words=list(self.bad_words), prompt_logprobs=self.prompt_logprobs,
+                           structured=self.structured,
                            **{k: v for k, v in (("temperature", self.temperature), ("top_p", self.top_p))
                               if v is not None})
         except InvalidRequest as exc:
@@ -57,7 +71,11 @@ class SamplingOptions:
         p = pb.SamplingParams(top_k=self.top_k, stop=list(self.stop), stop_token_ids=list(self.stop_token_ids),
                               ignore_eos=self.ignore_eos, min_tokens=self.min_tokens,
                               presence_penalty=self.presence_penalty, frequency_penalty=self.frequency_penalty,
-                              include_stop_str_in_output=self.include_stop_str_in_output)
+                              include_stop_str_in_output=self.include_stop_str_in_output, min_p=self.min_p,
+                              logit_bias=dict(self.logit_bias), allowed_token_ids=list(self.allowed_token_ids or ()),
+                              bad_words=list(self.bad_words))
+        if self.repetition_penalty != 1.0:
+            p.repetition_penalty = self.repetition_penalty
         if self.max_tokens is not None:
             p.max_tokens = self.max_tokens
         if self.temperature is not None:
@@ -68,15 +86,33 @@ class SamplingOptions:
             p.seed = self.seed
         if self.logprobs is not None:
             p.logprobs = self.logprobs
+        if self.prompt_logprobs is not None:
+            p.prompt_logprobs = self.prompt_logprobs
+        if self.structured is not None:
+            p.structured.CopyFrom(pb.StructuredOutput(kind=self.structured.kind, spec=self.structured.spec))
         return p
 
 
 
-def sampling_from_request(body, max_tokens: int | None, logprobs: int | None) -> SamplingOptions:
+def sampling_from_request(body, max_tokens: int | None, logprobs: int | None,
+                          prompt_logprobs: int | None = None) -> SamplingOptions:
+    structured = constraint_from_request(body)
     """The SamplingOptions of a completions or chat request body (`schemas._Sampling`)."""
     return SamplingOptions(
         max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p,
         top_k=body.top_k if body.top_k is not None else -1, seed=body.seed, stop=tuple(body.stop or ()),
         stop_token_ids=tuple(body.stop_token_ids or ()), ignore_eos=body.ignore_eos, min_tokens=body.min_tokens,
         presence_penalty=body.presence_penalty, frequency_penalty=body.frequency_penalty, logprobs=logprobs,
-        include_stop_str_in_output=body.include_stop_str_in_output)
+        include_stop_str_in_output=body.include_stop_str_in_output,
+        min_p=body.min_p if body.min_p is not None else 0.0,
+        repetition_penalty=body.repetition_penalty if body.repetition_penalty is not None else 1.0,
+        logit_bias=_logit_bias(body.logit_bias),
+        allowed_token_ids=None if body.allowed_token_ids is None else tuple(body.allowed_token_ids),
+        bad_words=tuple(body.bad_words or ()), prompt_logprobs=prompt_logprobs, structured=structured)
+
+
+def _logit_bias(bias) -> tuple[tuple[int, float], ...]:
+    try:
+        return tuple(sorted(check_logit_bias(bias).items()))
+    except InvalidRequest as exc:
+        raise BadRequest(exc.message, param=exc.param, code=exc.code) from None

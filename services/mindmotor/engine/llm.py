@@ -30,6 +30,7 @@ class GenerationOutput:
     stop_reason: int | str | None = None
     num_cached_tokens: int = 0
     logprobs: list[TokenLogprob] = field(default_factory=list)
+    prompt_logprobs: list[TokenLogprob] | None = None   # per prompt token after the first
 
 
 class LLM:
@@ -62,6 +63,8 @@ class LLM:
                 r.token_ids.extend(out.new_token_ids)
                 r.text += out.new_text
                 r.logprobs.extend(out.new_logprobs)
+                if out.prompt_logprobs is not None:
+                    r.prompt_logprobs = out.prompt_logprobs
                 if out.finished:
                     r.finish_reason, r.stop_reason = out.finish_reason, out.stop_reason
                     r.num_cached_tokens = out.num_cached_tokens

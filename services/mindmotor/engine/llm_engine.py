@@ -31,6 +31,7 @@ from .kv_transfer import KVBlocks, KVPins, num_prompt_blocks
 from .model_runner import ModelRunner
 from .output import OutputProcessor, RequestOutput
 from .request_rules import InvalidRequest, check_text, check_token_ids, resolve_max_tokens
+from .grammar import GrammarEngine, advance
 from .sampler import Sampler
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler, SchedulerConfig
@@ -95,6 +96,8 @@ class EngineStats:
     kv_cached_blocks: int = 0         # prefix-cache blocks no request references
     kv_evictions: int = 0             # cached blocks reused for new ones
     kv_host_limited: int = 0          # allocations refused for the host budget alone
+    prefix_queries: int = 0           # prompt tokens looked up in the prefix cache
+    prefix_hits: int = 0              # of them, found there
 
 
 def served_model_profile(config: LlamaConfig, name: str, tp: int = 1) -> ModelProfile:
@@ -154,6 +157,7 @@ class LLMEngine:
         self.step_failures = 0
         self.consecutive_step_failures = 0
         self._step_outputs: list[RequestOutput] = []
+        self._grammar: GrammarEngine | None = None
         log.info("engine ready", extra={"model": str(self.model_dir), "device": config.device,
                                         "profile": profile.name, "num_blocks": num_blocks,
                                         "host_blocks": host_blocks, "kv_host_budget_bytes": self.kv_host_budget_bytes,
@@ -174,6 +178,15 @@ class LLMEngine:
                 "lower --max-model-len")
         return host_blocks
 
+    @property
+    def grammar(self) -> GrammarEngine:
+        """The structured-output engine over this tokenizer, made at the first constrained request."""
+        if self._grammar is None:
+            self._grammar = GrammarEngine(self.tokenizer.hf.to_str(), self.model.config.vocab_size,
+                                          self.tokenizer.eos_token_ids)
+            self.sampler.grammar = self._grammar
+        return self._grammar
+
     # ---- requests ---------------------------------------------------------------------------
     def validate(self, prompt: str | Seq[int] | ResumedPrompt, params: SamplingParams
                  ) -> tuple[list[int] | ResumedPrompt, SamplingParams]:
@@ -186,6 +199,7 @@ class LLMEngine:
             if not ids:
                 raise RequestError("the prompt is empty", param="prompt")
             check_token_ids(params.stop_token_ids, "stop_token_ids", self.model.config.vocab_size)
+            params = self._resolve_token_rules(params)
             max_tokens = resolve_max_tokens(len(ids), params.max_tokens, params.min_tokens, self.max_model_len)
             if max_tokens != params.max_tokens:
                 params = SamplingParams(**{**params.__dict__, "max_tokens": max_tokens})
@@ -196,6 +210,24 @@ class LLMEngine:
         except InvalidRequest as exc:           # the shared rules' error, as the engine's
             raise RequestError(exc.message, param=exc.param, code=exc.code) from None
         return ids, params
+
+    def _resolve_token_rules(self, params: SamplingParams) -> SamplingParams:
+        """The params with their token ids checked against this vocabulary (logit_bias,
+        allowed_token_ids) and `bad_words` tokenized — each word alone and after a space, as a
+        word inside a sentence is spelled."""
+        vocab = self.model.config.vocab_size
+        check_token_ids(params.logit_bias, "logit_bias token ids", vocab, param="logit_bias")
+        if params.allowed_token_ids is not None:
+            check_token_ids(params.allowed_token_ids, "allowed_token_ids", vocab)
+        if params.bad_words and not params.bad_words_token_ids:
+            variants: dict[tuple[int, ...], None] = {}
+            for word in params.bad_words:
+                for spelled in (word, " " + word.lstrip(" ")):
+                    ids = tuple(self.tokenizer.encode(spelled))
+                    if ids:
+                        variants[ids] = None
+            params = SamplingParams(**{**params.__dict__, "bad_words_token_ids": [list(v) for v in variants]})
+        return params
 
     def _token_ids(self, prompt: str | Seq[int]) -> list[int]:
         if isinstance(prompt, str):
@@ -277,9 +309,16 @@ class LLMEngine:
                        priority=priority, max_total_tokens=self.max_model_len)
         seq.rng = np.random.default_rng(params.seed if params.seed is not None
                                         else int(self._rng.integers(2**63)))
+        # a resumed request sent its prompt logprobs from where it first ran
+        seq.wants_prompt_logprobs = params.prompt_logprobs is not None and resumed is None
         self.requests[request_id] = seq
         with self._undone_on_error(seq):
             self.outputs.add(seq)
+            if params.structured is not None:
+                try:
+                    seq.matcher = self.grammar.matcher(params.structured)
+                except InvalidRequest as exc:
+                    raise RequestError(exc.message, param=exc.param) from None
             if resumed is not None:
                 self._resume(seq, resumed)
         return seq
@@ -290,7 +329,18 @@ class LLMEngine:
         prompt + outputs, then samples the next token — its generator past their draws, the text
         the client has marked sent."""
         self.sampler.skip_draws(seq, len(resumed.output_token_ids))
+        self._advance_grammar(seq, resumed.output_token_ids)
         self.outputs.resume(seq, resumed.output_token_ids, resumed.sent_chars)
+
+    @staticmethod
+    def _advance_grammar(seq: Sequence, tokens) -> None:
+        """Output produced elsewhere moves the grammar's state; RequestError if it cannot follow."""
+        if seq.matcher is not None:
+            try:
+                advance(seq.matcher, tokens)
+            except ValueError as exc:
+                raise RequestError(f"the output produced so far does not follow the structured output: {exc}",
+                                   param="resumed") from None
 
     def abort_request(self, request_id: str) -> RequestOutput | None:
         seq = self.requests.get(request_id)
@@ -343,8 +393,10 @@ class LLMEngine:
         here (their KV need not be pulled), or None when the pool has no room now. Then exactly one
         of `commit_kv` (the pulled KV) or `prefill_locally` must follow."""
         seq = self._new_sequence(request_id, None, None, priority, arrival_time, validated)
+        seq.wants_prompt_logprobs = False            # the prefill instance sent them
         with self._undone_on_error(seq):
             self.sampler.skip_draws(seq, 1)          # the prefill instance drew the first token
+            self._advance_grammar(seq, [first_token])
             if self.outputs.on_token(seq, first_token) is not None:
                 raise RequestError("the first token already finishes the request; nothing to decode")
             self.outputs.mark_sent(request_id, sent_chars)
@@ -404,7 +456,9 @@ class LLMEngine:
                 return []
             logits, inp = self.runner.run(sched)
             seqs = [s.seq for s in inp.sampling]
-            tokens, logprobs, errors = self.sampler.sample(logits, seqs) if seqs else ([], [], {})
+            self._prompt_logprobs(logits[len(seqs):], inp.prompt_spans)
+            tokens, logprobs, errors = self.sampler.sample(logits[:len(seqs)], seqs) if seqs else ([], [], {})
+            errors.update({i: s.prompt_logprobs_error for i, s in enumerate(seqs) if s.prompt_logprobs_error})
             self._postprocess(sched, inp.sampling, tokens, logprobs, errors)
             self.device.run_step(inp.shape, started)
         except Exception as exc:  # noqa: BLE001 - the step's requests fail, the engine is checked
@@ -413,6 +467,20 @@ class LLMEngine:
             self.consecutive_step_failures = 0
             self.steps += 1
         return self._step_outputs
+
+    def _prompt_logprobs(self, rows: np.ndarray, spans) -> None:
+        """Append each span's prompt-token logprobs to its sequence. A sequence whose computation
+        raises keeps the error and fails alone when it samples."""
+        at = 0
+        for s, first, count in spans:
+            seq = s.seq
+            try:
+                tokens = seq.prompt_token_ids[first + 1:first + 1 + count]
+                seq.prompt_logprobs.extend(self.sampler.prompt_logprobs(
+                    rows[at:at + count], tokens, seq.params.prompt_logprobs or 0))
+            except Exception as exc:  # noqa: BLE001 - this request fails alone
+                seq.prompt_logprobs_error, seq.wants_prompt_logprobs = exc, False
+            at += count
 
     def _postprocess(self, sched, sampling, tokens, logprobs, errors=None) -> list[RequestOutput]:
         """Account for the step's computed tokens, then each sampled token; `errors`: the rows
@@ -443,7 +511,11 @@ class LLMEngine:
         if seq.first_token_time is None:
             seq.first_token_time = now
         self.generation_tokens += 1
+        if seq.matcher is not None:
+            advance(seq.matcher, [token])
         finished = self.outputs.on_token(seq, token)
+        if finished is None and seq.matcher is not None and seq.matcher.is_stopped():
+            finished = SequenceStatus.FINISHED_STOPPED         # the grammar is complete
         if finished is None and seq.prefill_only:
             self.scheduler.detach(seq, SequenceStatus.PREFILLED)   # blocks stay referenced
             self.pins.pin(seq, self.config.kv_pin_ttl_s)
@@ -451,7 +523,10 @@ class LLMEngine:
         elif finished is not None:
             self.scheduler.finish(seq, finished)
             self.requests.pop(seq.request_id, None)
-        self._step_outputs.append(self.outputs.make_output(seq, [token], [lp] if lp is not None else []))
+        out = self.outputs.make_output(seq, [token], [lp] if lp is not None else [])
+        if seq.wants_prompt_logprobs and not seq.prompt_logprobs_sent:
+            out.prompt_logprobs, seq.prompt_logprobs_sent = list(seq.prompt_logprobs), True
+        self._step_outputs.append(out)
 
     def _fail_request(self, seq: Sequence, exc: BaseException) -> None:
         """Finish `seq` with finish_reason "error" (its blocks freed); the others go on."""
@@ -503,7 +578,7 @@ class LLMEngine:
             request_failures=self.request_failures, step_failures=self.step_failures,
             kv_host_bytes=self.kv_cache.host_bytes, kv_host_budget_bytes=self.kv_host_budget_bytes,
             kv_host_blocks=bm.host_blocks, kv_cached_blocks=bm.num_cached_blocks, kv_evictions=bm.evictions,
-            kv_host_limited=bm.host_limited)
+            kv_host_limited=bm.host_limited, prefix_queries=bm.prefix_queries, prefix_hits=bm.prefix_hits)
 
     def check_invariants(self) -> None:
         """The pool adds up, counting every holder of blocks: running, pinned and receiving."""

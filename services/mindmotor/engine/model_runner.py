@@ -7,7 +7,7 @@ token first (decodes), then the prefill chunks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -28,6 +28,9 @@ class ModelInput:
     logits_indices: np.ndarray   # [num_sampling]: the row of each sampling sequence's last token
     sampling: list[ScheduledSequence]
     shape: StepShape             # what the emulated device charges for
+    # after the sampling rows: the logits of prompt positions, for prompt_logprobs — (sequence,
+    # first position, count); position p's row predicts prompt token p + 1
+    prompt_spans: list[tuple[ScheduledSequence, int, int]] = field(default_factory=list)
 
 
 class ModelRunner:
@@ -37,7 +40,7 @@ class ModelRunner:
         self.block_size = kv_cache.block_size
 
     def run(self, out: SchedulerOutput) -> tuple[np.ndarray, ModelInput]:
-        """→ logits [num_sampling, vocab] and the input it was computed from."""
+        """→ logits [num_sampling + prompt rows, vocab] and the input it was computed from."""
         inp = self.prepare(out)
         self.kv_cache.ensure_blocks(int(inp.meta.slot_mapping.max()) // self.block_size)
         logits = self.model.forward(inp.input_ids, inp.positions, inp.meta, self.kv_cache,
@@ -59,6 +62,7 @@ class ModelRunner:
         max_blocks = max(len(s.seq.block_table) for s in ordered)
         block_tables = np.zeros((num_seqs, max_blocks), dtype=np.int64)
         logits_indices, sampling = [], []
+        prompt_rows, prompt_spans = [], []
         shape = StepShape()
 
         for i, s in enumerate(ordered):
@@ -81,13 +85,19 @@ class ModelRunner:
             if s.samples:
                 logits_indices.append(query_start[i + 1] - 1)
                 sampling.append(s)
+            if seq.needs_prompt_logits:
+                first = max(start, len(seq.prompt_logprobs))
+                last = min(start + n, seq.num_prompt_tokens - 1)
+                if last > first:
+                    prompt_rows.extend(range(query_start[i] + first - start, query_start[i] + last - start))
+                    prompt_spans.append((s, first, last - first))
 
         meta = AttentionMetadata(
             slot_mapping=_flatten(slots), query_start_loc=query_start, context_lens=context_lens,
             block_tables=block_tables, num_decodes=len(decodes))
         return ModelInput(input_ids=np.asarray(input_ids, dtype=np.int64), positions=_flatten(positions),
-                          meta=meta, logits_indices=np.asarray(logits_indices, dtype=np.int64),
-                          sampling=sampling, shape=shape)
+                          meta=meta, logits_indices=np.asarray(logits_indices + prompt_rows, dtype=np.int64),
+                          sampling=sampling, shape=shape, prompt_spans=prompt_spans)
 
 
 def _flatten(parts: list) -> np.ndarray:

@@ -24,6 +24,7 @@ class RequestOutput:
     num_cached_tokens: int = 0
     new_logprobs: list[TokenLogprob] = field(default_factory=list)
     error: str | None = None                  # finish_reason "error": what the engine raised for it
+    prompt_logprobs: list[TokenLogprob] | None = None   # on the first output, when prompt_logprobs was asked
 
 
 class OutputProcessor:

@@ -10,6 +10,7 @@ can neither fail to serialize nor raise on the engine thread.
 
 from __future__ import annotations
 
+import math
 import operator
 from typing import Iterable, Sequence
 
@@ -104,3 +105,45 @@ def check_texts(items: Sequence[str], param: str) -> None:
     """`check_text` over several strings."""
     for item in items:
         check_text(item, param)
+
+
+MAX_LOGIT_BIAS = 100.0           # OpenAI's range for a logit_bias value
+MAX_BAD_WORDS = 64
+
+
+def check_logit_bias(bias) -> dict[int, float]:
+    """`logit_bias` as {token id: bias}: keys are token ids (ints, or their decimal strings as
+    JSON objects carry them), values finite numbers in [-100, 100]."""
+    if not bias:
+        return {}
+    if not isinstance(bias, dict):
+        raise InvalidRequest(f"logit_bias must be an object mapping token ids to numbers, got {bias!r}",
+                             param="logit_bias")
+    out: dict[int, float] = {}
+    for key, value in bias.items():
+        try:
+            token = int(key) if isinstance(key, str) else operator.index(key)
+            if isinstance(key, bool):
+                raise TypeError
+        except (TypeError, ValueError):
+            raise InvalidRequest(f"logit_bias keys must be token ids, got {key!r}", param="logit_bias") from None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                or not -MAX_LOGIT_BIAS <= value <= MAX_LOGIT_BIAS:
+            raise InvalidRequest(f"logit_bias values must be numbers in [-100, 100], got {value!r} for token "
+                                 f"{key}", param="logit_bias")
+        out[token] = float(value)
+    check_token_ids(out, "logit_bias token ids", param="logit_bias")
+    return out
+
+
+def check_bad_words(words) -> list[str]:
+    """`bad_words`: at most 64 non-empty strings of valid Unicode."""
+    if isinstance(words, str):
+        words = [words]
+    words = list(words or [])
+    if len(words) > MAX_BAD_WORDS:
+        raise InvalidRequest(f"at most {MAX_BAD_WORDS} bad_words are allowed, got {len(words)}", param="bad_words")
+    if any(not isinstance(w, str) or not w for w in words):
+        raise InvalidRequest("bad_words must be non-empty strings", param="bad_words")
+    check_texts(words, "bad_words")
+    return words

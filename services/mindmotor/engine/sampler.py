@@ -1,13 +1,15 @@
 """`Sampler`: logits → next tokens, one row per sequence.
 
 Penalties (presence/frequency over the tokens generated so far, as OpenAI defines them), min_tokens
-(stop tokens masked until enough are out), then greedy, or temperature → top-k → top-p → a draw from
+(stop tokens masked until enough are out), repetition_penalty, logit_bias, allowed_token_ids and
+bad_words, then greedy, or temperature → min_p → top-k → top-p → a draw from
 the sequence's own generator (seeded per request, so a seed reproduces regardless of the batch).
 Logprobs are those of the model's raw distribution, as OpenAI reports them.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,6 +22,7 @@ class TokenLogprob:
     token_id: int
     logprob: float
     top: list[tuple[int, float]]  # (token id, logprob), most likely first
+    rank: int | None = None       # 1 + how many tokens are more likely (prompt tokens only)
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
@@ -28,8 +31,9 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
 
 
 class Sampler:
-    def __init__(self, eos_token_ids: tuple[int, ...] = ()):
+    def __init__(self, eos_token_ids: tuple[int, ...] = (), grammar=None):
         self.eos_token_ids = tuple(eos_token_ids)
+        self.grammar = grammar               # a GrammarEngine, for the rows with a structured output
 
     @staticmethod
     def skip_draws(seq: Sequence, num_tokens: int) -> None:
@@ -55,6 +59,7 @@ class Sampler:
         raw = logits
         errors: dict[int, Exception] = {}
         logits = self._apply_penalties_and_masks(logits, seqs, errors)
+        logits = self._apply_grammars(raw, logits, seqs, errors)
         tokens = np.full(len(seqs), -1, dtype=np.int64)
         greedy = np.array([s.params.greedy and i not in errors for i, s in enumerate(seqs)], dtype=bool)
         if greedy.any():
@@ -82,16 +87,38 @@ class Sampler:
         copied = False
         for i, seq in enumerate(seqs):
             p = seq.params
-            penalize = (p.presence_penalty or p.frequency_penalty) and seq.output_token_ids
+            penalize = bool((p.presence_penalty or p.frequency_penalty) and seq.output_token_ids)
             mask_stops = seq.num_output_tokens < p.min_tokens
-            if not (penalize or mask_stops):
+            shape = bool(p.repetition_penalty != 1.0 or p.logit_bias or p.allowed_token_ids is not None
+                         or p.bad_words_token_ids)
+            if not (penalize or mask_stops or shape):
                 continue
             if not copied:
                 logits, copied = logits.copy(), True
             try:
                 self._penalize_row(logits, i, seq, penalize, mask_stops)
+                if shape:
+                    self._shape_row(logits, i, seq)
             except Exception as exc:  # noqa: BLE001 - this row's request fails alone
                 errors[i] = exc
+        return logits
+
+    def _apply_grammars(self, raw: np.ndarray, logits: np.ndarray, seqs: list[Sequence],
+                        errors: dict[int, Exception]) -> np.ndarray:
+        """Mask each constrained row to the tokens its grammar allows next (one batched call)."""
+        rows = [i for i, s in enumerate(seqs) if s.matcher is not None and i not in errors]
+        for i in list(rows):
+            if seqs[i].matcher.is_error():
+                errors[i] = ValueError(f"the structured output grammar failed: {seqs[i].matcher.get_error()}")
+                rows.remove(i)
+        if not rows:
+            return logits
+        if logits is raw:
+            logits = logits.copy()
+        started = time.perf_counter()
+        self.grammar.apply(logits, rows, [seqs[i].matcher for i in rows])
+        self.grammar.mask_time_s += time.perf_counter() - started
+        self.grammar.masked_rows += len(rows)
         return logits
 
     def _penalize_row(self, logits: np.ndarray, i: int, seq: Sequence, penalize, mask_stops: bool) -> None:
@@ -104,9 +131,37 @@ class Sampler:
             if stop_ids:
                 logits[i, stop_ids] = -np.inf
 
+    @staticmethod
+    def _shape_row(logits: np.ndarray, i: int, seq: Sequence) -> None:
+        """vLLM's repetition penalty (over prompt and output: a positive logit divided by it, a
+        negative one multiplied), logit_bias, allowed_token_ids, then bad_words: a word's last
+        token is masked when the output so far ends with the tokens before it."""
+        p = seq.params
+        row = logits[i]
+        if p.repetition_penalty != 1.0:
+            seen = np.unique(np.asarray(seq.all_token_ids))
+            vals = row[seen]
+            row[seen] = np.where(vals > 0, vals / p.repetition_penalty, vals * p.repetition_penalty)
+        if p.logit_bias:
+            ids = np.fromiter(p.logit_bias.keys(), dtype=np.int64, count=len(p.logit_bias))
+            row[ids] += np.fromiter(p.logit_bias.values(), dtype=row.dtype, count=len(p.logit_bias))
+        if p.allowed_token_ids is not None:
+            keep = np.full(row.shape[0], -np.inf, dtype=row.dtype)
+            allowed = np.asarray(p.allowed_token_ids, dtype=np.int64)
+            keep[allowed] = row[allowed]
+            row[:] = keep
+        out = seq.output_token_ids
+        for word in p.bad_words_token_ids:
+            prefix = word[:-1]
+            if not prefix or (len(out) >= len(prefix) and out[len(out) - len(prefix):] == prefix):
+                row[word[-1]] = -np.inf
+
     def _sample_row(self, row: np.ndarray, seq: Sequence) -> int:
         p = seq.params
         row = row.astype(np.float64) / p.temperature
+        if p.min_p > 0.0:
+            probs = np.exp(row - row.max())
+            row = np.where(probs >= p.min_p * probs.max(), row, -np.inf)
         candidates = np.arange(row.shape[0])
         if 0 < p.top_k < row.shape[0]:
             candidates = np.argpartition(-row, p.top_k - 1)[:p.top_k]
@@ -121,6 +176,17 @@ class Sampler:
             keep = order[: int(np.searchsorted(cumulative, p.top_p) + 1)]
             candidates, probs = candidates[keep], probs[keep] / probs[keep].sum()
         return int(candidates[seq.rng.choice(len(probs), p=probs)])
+
+    @staticmethod
+    def prompt_logprobs(rows: np.ndarray, tokens: list[int], num_top: int) -> list[TokenLogprob]:
+        """rows: [len(tokens), vocab], the logits that predicted each token → each token's
+        logprob, rank and top alternatives (the model's raw distribution)."""
+        out = []
+        for row, token in zip(rows, tokens):
+            lp = Sampler._logprobs(row, int(token), num_top)
+            lp.rank = 1 + int((log_softmax(row.astype(np.float64)) > lp.logprob).sum())
+            out.append(lp)
+        return out
 
     @staticmethod
     def _logprobs(raw_row: np.ndarray, token: int, num_top: int) -> TokenLogprob:

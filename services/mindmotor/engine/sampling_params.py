@@ -7,7 +7,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .request_rules import INT32_MAX, INT64_MAX, UINT32_MAX, InvalidRequest, check_texts, check_token_ids
+from .grammar import Constraint, grammar_text
+from .request_rules import (INT32_MAX, INT64_MAX, UINT32_MAX, InvalidRequest, check_bad_words, check_logit_bias,
+                            check_texts, check_token_ids)
 
 
 @dataclass
@@ -26,6 +28,14 @@ class SamplingParams:
     logprobs: int | None = None        # how many top alternatives per token (0: the chosen one only)
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
+    min_p: float = 0.0                 # drop tokens below min_p × the most likely token's probability
+    repetition_penalty: float = 1.0    # vLLM's: over prompt and output, > 1 discourages repeats
+    logit_bias: dict[int, float] = field(default_factory=dict)   # token id -> added to its logit
+    allowed_token_ids: list[int] | None = None                   # only these may be sampled
+    bad_words: list[str] = field(default_factory=list)           # never produced (their tokens)
+    bad_words_token_ids: list[list[int]] = field(default_factory=list)   # set by the engine
+    prompt_logprobs: int | None = None  # per prompt token (after the first): top alternatives; 0: itself only
+    structured: Constraint | None = None   # structured output: the grammar every output must follow
 
     MAX_LOGPROBS = 20
     GREEDY_BELOW = 1e-5                # a smaller temperature samples as greedy (1 / t would overflow)
@@ -37,6 +47,14 @@ class SamplingParams:
         self.stop_token_ids = check_token_ids(self.stop_token_ids or [], "stop_token_ids")
         if self.top_k == 0:
             self.top_k = -1
+        self.logit_bias = check_logit_bias(self.logit_bias)
+        if self.allowed_token_ids is not None:
+            self.allowed_token_ids = check_token_ids(self.allowed_token_ids, "allowed_token_ids")
+            if not self.allowed_token_ids:
+                raise InvalidRequest("allowed_token_ids must not be empty", param="allowed_token_ids")
+        self.bad_words = check_bad_words(self.bad_words)
+        if self.structured is not None:
+            grammar_text(self.structured.kind, self.structured.spec)    # compiled (and cached) or refused
         self._validate()
 
     @property
@@ -47,11 +65,12 @@ class SamplingParams:
         def bad(param: str, message: str):
             raise InvalidRequest(message, param=param)
 
-        for name in ("max_tokens", "top_k", "seed", "min_tokens", "logprobs"):
+        for name in ("max_tokens", "top_k", "seed", "min_tokens", "logprobs", "prompt_logprobs"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
                 bad(name, f"{name} must be an integer, got {value!r}")
-        for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
+        for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty", "min_p",
+                     "repetition_penalty"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 bad(name, f"{name} must be a finite number, got {value!r}")
@@ -71,6 +90,10 @@ class SamplingParams:
             bad("presence_penalty", f"presence_penalty must be in [-2, 2], got {self.presence_penalty}")
         if not -2.0 <= self.frequency_penalty <= 2.0:
             bad("frequency_penalty", f"frequency_penalty must be in [-2, 2], got {self.frequency_penalty}")
+        if not 0.0 <= self.min_p <= 1.0:
+            bad("min_p", f"min_p must be in [0, 1], got {self.min_p}")
+        if not 0.0 < self.repetition_penalty <= 2.0:
+            bad("repetition_penalty", f"repetition_penalty must be in (0, 2], got {self.repetition_penalty}")
         if self.min_tokens < 0:
             bad("min_tokens", f"min_tokens must be at least 0, got {self.min_tokens}")
         if self.min_tokens > UINT32_MAX:
@@ -79,6 +102,8 @@ class SamplingParams:
             bad("min_tokens", f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})")
         if self.logprobs is not None and not 0 <= self.logprobs <= self.MAX_LOGPROBS:
             bad("logprobs", f"logprobs must be in [0, {self.MAX_LOGPROBS}], got {self.logprobs}")
+        if self.prompt_logprobs is not None and not 0 <= self.prompt_logprobs <= self.MAX_LOGPROBS:
+            bad("prompt_logprobs", f"prompt_logprobs must be in [0, {self.MAX_LOGPROBS}], got {self.prompt_logprobs}")
         if any(not isinstance(s, str) or not s for s in self.stop):
             bad("stop", "stop strings must be non-empty strings")
         if len(self.stop) > 16:

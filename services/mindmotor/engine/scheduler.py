@@ -136,7 +136,8 @@ class Scheduler:
         bm = self.block_manager
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             seq = self.waiting[0]
-            computed = bm.get_computed_blocks(seq)
+            # prompt logprobs need every prompt position's logits: cached blocks would skip them
+            computed = [] if seq.needs_prompt_logits else bm.get_computed_blocks(seq)
             num_cached = len(computed) * bm.block_size
             num_new = self._num_new_tokens(seq.num_tokens - num_cached, budget)
             if num_new == 0 or not bm.allocate_slots(seq, num_new, computed):

@@ -49,6 +49,18 @@ class Sequence:
     first_token_time: float | None = None
     output_text: str = ""
     logprobs: list = field(default_factory=list)
+    # prompt_logprobs asked: one per prompt token after the first, computed by this engine's prefill
+    # (False when another instance computes or computed them: a resumed or prefilled-elsewhere one)
+    wants_prompt_logprobs: bool = False
+    prompt_logprobs: list = field(default_factory=list)
+    prompt_logprobs_sent: bool = False
+    prompt_logprobs_error: Exception | None = None   # computing them raised: the request fails
+    matcher: object | None = None          # structured output: the grammar's state (llguidance.LLMatcher)
+
+    @property
+    def needs_prompt_logits(self) -> bool:
+        """Whether prompt positions still need their logits (so no prefix-cache hit may skip them)."""
+        return self.wants_prompt_logprobs and len(self.prompt_logprobs) < len(self.prompt_token_ids) - 1
 
     @property
     def num_prompt_tokens(self) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from mindmotor.engine.grammar import Constraint
 from mindmotor.engine.llm_engine import ResumedPrompt
 from mindmotor.engine.output import RequestOutput
 from mindmotor.engine.sampling_params import SamplingParams
@@ -28,19 +29,25 @@ def sampling_params_from_proto(p: pb.SamplingParams) -> SamplingParams:
     """Unset optional fields keep the engine's defaults, except max_tokens: unset means up to the
     model's context (the caller applies its API's default). ValueError (the engine's message)
     for out-of-range values."""
-    optional = {name: getattr(p, name) for name in ("temperature", "top_p", "seed", "logprobs")
+    optional = {name: getattr(p, name) for name in ("temperature", "top_p", "seed", "logprobs",
+                                                     "repetition_penalty", "prompt_logprobs")
                 if p.HasField(name)}
     return SamplingParams(
         max_tokens=p.max_tokens if p.HasField("max_tokens") else None, top_k=p.top_k, stop=list(p.stop), stop_token_ids=list(p.stop_token_ids),
         ignore_eos=p.ignore_eos, min_tokens=p.min_tokens, presence_penalty=p.presence_penalty,
         frequency_penalty=p.frequency_penalty, include_stop_str_in_output=p.include_stop_str_in_output,
+        min_p=p.min_p, logit_bias=dict(p.logit_bias),
+        allowed_token_ids=list(p.allowed_token_ids) if p.allowed_token_ids else None,
+        bad_words=list(p.bad_words),
+        structured=Constraint(p.structured.kind, p.structured.spec) if p.HasField("structured") else None,
         **optional)
 
 
 def response_from_output(out: RequestOutput) -> pb.GenerateResponse:
     response = pb.GenerateResponse(
         request_id=out.request_id, token_ids=out.new_token_ids, text=out.new_text,
-        logprobs=[_token_logprob(lp) for lp in out.new_logprobs])
+        logprobs=[_token_logprob(lp) for lp in out.new_logprobs],
+        prompt_logprobs=[_token_logprob(lp) for lp in out.prompt_logprobs or ()])
     if not out.finished:
         return response
     response.finish_reason = out.finish_reason or ""
@@ -62,6 +69,7 @@ def prefill_response(out: RequestOutput, prompt_token_ids: list[int], node: str,
     response = pb.PrefillResponse(
         handle=out.request_id if pinned else "", token_ids=out.new_token_ids, text=out.new_text,
         logprobs=[_token_logprob(lp) for lp in out.new_logprobs],
+        prompt_logprobs=[_token_logprob(lp) for lp in out.prompt_logprobs or ()],
         finish_reason="" if pinned else (out.finish_reason or ""),
         usage=pb.Usage(prompt_tokens=out.num_prompt_tokens, completion_tokens=out.num_output_tokens,
                        cached_tokens=out.num_cached_tokens),
@@ -75,8 +83,11 @@ def prefill_response(out: RequestOutput, prompt_token_ids: list[int], node: str,
 
 
 def _token_logprob(lp) -> pb.TokenLogprob:
-    return pb.TokenLogprob(token_id=lp.token_id, logprob=lp.logprob,
-                           top=[pb.TopLogprob(token_id=t, logprob=v) for t, v in lp.top])
+    out = pb.TokenLogprob(token_id=lp.token_id, logprob=lp.logprob,
+                          top=[pb.TopLogprob(token_id=t, logprob=v) for t, v in lp.top])
+    if lp.rank is not None:
+        out.rank = lp.rank
+    return out
 
 
 def load_from_stats(stats, in_flight: int) -> pb.Load:

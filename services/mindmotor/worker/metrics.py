@@ -15,6 +15,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from mindmotor.common import vllm_metrics as V
+
 from .latency_window import LatencyWindow
 
 TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -34,10 +36,11 @@ NPU_GAUGES = {
 class EngineCollector(Collector):
     """Engine load and device telemetry, read from the engine at each scrape."""
 
-    def __init__(self, engine, admission, role=lambda: "mixed"):
+    def __init__(self, engine, admission, role=lambda: "mixed", model_name: str = ""):
         self.engine = engine
         self.admission = admission
         self.role = role
+        self.model_name = model_name
 
     def collect(self):
         stats = self.engine.stats()
@@ -81,6 +84,25 @@ class EngineCollector(Collector):
         yield _counter("mindmotor_host_lag_seconds", "Host time beyond the emulated time (host-bound steps)",
                        stats.lag_time_s)
         yield from _npu_gauges(self.engine.device_snapshot())
+        yield from self._vllm(stats)
+
+    def _vllm(self, stats):
+        """The same load under vLLM's names (see `common.vllm_metrics`)."""
+        m = [self.model_name]
+        for name, doc, value, kind in (
+                (V.NUM_REQUESTS_RUNNING, "Requests being computed", stats.num_running, GaugeMetricFamily),
+                (V.NUM_REQUESTS_WAITING, "Requests waiting", stats.num_waiting, GaugeMetricFamily),
+                (V.KV_CACHE_USAGE_PERC, "KV-cache usage; 1 means 100 percent", stats.kv_usage, GaugeMetricFamily),
+                (V.PREFIX_CACHE_QUERIES, "Prefix-cache queries, in tokens", getattr(stats, "prefix_queries", 0),
+                 CounterMetricFamily),
+                (V.PREFIX_CACHE_HITS, "Prefix-cache hits, in tokens", getattr(stats, "prefix_hits", 0),
+                 CounterMetricFamily),
+                (V.NUM_PREEMPTIONS, "Cumulative number of preemptions", stats.num_preemptions, CounterMetricFamily),
+                (V.PROMPT_TOKENS, "Prefill tokens processed", stats.prompt_tokens, CounterMetricFamily),
+                (V.GENERATION_TOKENS, "Generation tokens processed", stats.generation_tokens, CounterMetricFamily)):
+            family = kind(name, doc, labels=[V.LABEL])
+            family.add_metric(m, value)
+            yield family
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
@@ -101,9 +123,10 @@ def _npu_gauges(snapshot: dict):
 class WorkerMetrics:
     """The worker's registry: the scrape-time collector plus per-request latencies and outcomes."""
 
-    def __init__(self, engine, admission, role=lambda: "mixed"):
+    def __init__(self, engine, admission, role=lambda: "mixed", model_name: str = ""):
+        self.model_name = model_name
         self.registry = CollectorRegistry()
-        self.collector = EngineCollector(engine, admission, role)
+        self.collector = EngineCollector(engine, admission, role, model_name)
         self.registry.register(self.collector)
         self.ttft = Histogram("mindmotor_time_to_first_token_seconds",
                               "From Generate start to the first token, at the worker",
@@ -129,6 +152,17 @@ class WorkerMetrics:
                                registry=self.registry)
         self.recent_ttft = LatencyWindow()
         self.recent_tpot = LatencyWindow()
+        # vLLM's names and buckets (common/vllm_metrics.py), measured as ours above
+        self.vllm_ttft = Histogram(V.TTFT, "Time to first token in seconds", [V.LABEL],
+                                   buckets=V.TTFT_BUCKETS, registry=self.registry)
+        self.vllm_tpot = Histogram(V.TPOT, "Time per output token in seconds", [V.LABEL],
+                                   buckets=V.TPOT_BUCKETS, registry=self.registry)
+        self.vllm_itl = Histogram(V.INTER_TOKEN, "Inter-token latency in seconds", [V.LABEL],
+                                  buckets=V.TPOT_BUCKETS, registry=self.registry)
+        self.vllm_e2e = Histogram(V.E2E, "End-to-end request latency in seconds", [V.LABEL],
+                                  buckets=V.E2E_BUCKETS, registry=self.registry)
+        self.vllm_success = Counter(V.REQUEST_SUCCESS, "Finished requests by finish reason",
+                                    [V.LABEL, "finished_reason"], registry=self.registry)
 
     def request_timer(self) -> "RequestTimer":
         return RequestTimer(self)
@@ -157,18 +191,27 @@ class RequestTimer:
         if self._last_token_at is None:
             self.ttft_s = now - self.started
             self.metrics.ttft.observe(self.ttft_s)
+            self.metrics.vllm_ttft.labels(self.metrics.model_name).observe(self.ttft_s)
             self.metrics.recent_ttft.add(self.ttft_s)
             self._first_token_at = now
             count -= 1
         else:
             gap = (now - self._last_token_at) / count
+            tpot, itl = self.metrics.vllm_tpot.labels(self.metrics.model_name), \
+                self.metrics.vllm_itl.labels(self.metrics.model_name)
             for _ in range(count):
                 self.metrics.tpot.observe(gap)
+                tpot.observe(gap)
+                itl.observe(gap)
         self._tokens += count
         self._last_token_at = now
 
     def on_finish(self, finish_reason: str) -> None:
         self.metrics.requests.labels(finish_reason=finish_reason).inc()
+        if finish_reason in ("stop", "length", "abort"):
+            self.metrics.vllm_success.labels(self.metrics.model_name, finish_reason).inc()
+        e2e = self._last_token_at - self.started if self._last_token_at is not None else self.elapsed_s
+        self.metrics.vllm_e2e.labels(self.metrics.model_name).observe(e2e)     # to the last token
         if self._tokens > 0:                 # the request's mean time per output token
             self.metrics.recent_tpot.add((self._last_token_at - self._first_token_at) / self._tokens)
 

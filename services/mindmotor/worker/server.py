@@ -36,9 +36,9 @@ STOP_GRACE_S = 1.0     # after the drain: time for the last responses (or aborts
 async def serve(config: WorkerConfig) -> int:
     engine = AsyncLLMEngine(config.engine)
     admission = Admission(config.max_concurrent_requests)
-    metrics = WorkerMetrics(engine, admission)
-    service = WorkerService(engine, admission, metrics, config.worker_id,
-                            config.served_model_name or engine.engine.model_name, config.role,
+    model_name = config.served_model_name or engine.engine.model_name
+    metrics = WorkerMetrics(engine, admission, model_name=model_name)
+    service = WorkerService(engine, admission, metrics, config.worker_id, model_name, config.role,
                             node=config.node, kv_pull_timeout_s=config.kv_pull_timeout_s,
                             role_drain_timeout_s=config.role_drain_timeout_s)
     metrics.collector.role = lambda: service.role

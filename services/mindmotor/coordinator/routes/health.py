@@ -3,6 +3,8 @@ from __future__ import annotations
 from fastapi import APIRouter
 from starlette.responses import JSONResponse, Response
 
+from mindmotor import __version__
+
 from ..state import CoordinatorDep
 
 router = APIRouter()
@@ -37,8 +39,25 @@ async def ready(c: CoordinatorDep):
                         status_code=200 if ok else 503)
 
 
+@router.get("/ping")
+async def ping():
+    """vLLM's liveness probe: 200 while the process serves HTTP."""
+    return Response(status_code=200)
+
+
+@router.post("/ping")
+async def ping_post():
+    return Response(status_code=200)
+
+
+@router.get("/version")
+async def version():
+    return JSONResponse({"version": __version__})
+
+
 @router.get("/metrics")
 async def metrics(c: CoordinatorDep):
     for name in c.catalog.names():
         c.metrics.instances.labels(name).set(sum(1 for v in c.table.candidates(name)))
+        c.metrics.vllm_running.labels(name).set(c.admission.outstanding.get(name, 0))
     return Response(c.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")

@@ -1,0 +1,30 @@
+"""vLLM's metric names and histogram buckets, shared by the workers and the coordinator, so that
+what reads vLLM's `/metrics` (a vLLM Grafana dashboard, the production-stack router, an llm-d
+endpoint picker) reads ours too. Every family carries the `model_name` label, as vLLM's do."""
+
+from __future__ import annotations
+
+PREFIX = "vllm:"
+LABEL = "model_name"
+
+# vLLM's (V1) bucket boundaries
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                40.0, 80.0)
+E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+               480.0, 960.0, 1920.0, 7680.0)
+
+NUM_REQUESTS_RUNNING = PREFIX + "num_requests_running"
+NUM_REQUESTS_WAITING = PREFIX + "num_requests_waiting"
+KV_CACHE_USAGE_PERC = PREFIX + "kv_cache_usage_perc"
+PREFIX_CACHE_QUERIES = PREFIX + "prefix_cache_queries"      # counters (tokens): stored with _total
+PREFIX_CACHE_HITS = PREFIX + "prefix_cache_hits"
+NUM_PREEMPTIONS = PREFIX + "num_preemptions"
+PROMPT_TOKENS = PREFIX + "prompt_tokens"
+GENERATION_TOKENS = PREFIX + "generation_tokens"
+REQUEST_SUCCESS = PREFIX + "request_success"                # label finished_reason
+TTFT = PREFIX + "time_to_first_token_seconds"
+TPOT = PREFIX + "time_per_output_token_seconds"
+INTER_TOKEN = PREFIX + "inter_token_latency_seconds"
+E2E = PREFIX + "e2e_request_latency_seconds"
