@@ -66,9 +66,10 @@ def test_errors_use_the_openai_body(client, e2e_model):
     with pytest.raises(openai.BadRequestError) as info:
         client.completions.create(model=e2e_model.name, prompt="hi", max_tokens=10**6)
     assert "maximum context length" in info.value.body["message"]
-    with pytest.raises(openai.BadRequestError) as info:
+    with pytest.raises(openai.NotFoundError) as info:       # 404 model_not_found, as OpenAI and vLLM
         client.completions.create(model="no-such-model", prompt="hi", max_tokens=1)
     assert "no-such-model" in info.value.body["message"]
+    assert info.value.body["code"] == "model_not_found"
 
 
 def test_ctrl_c_stops_every_service(e2e_model, tmp_path):
