@@ -31,6 +31,8 @@ import time
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
 
+from .redact import redact, register_url
+
 DEFAULT_PREFIX = "mindmotor:"
 DEFAULT_TIMEOUT_S = 2.0
 TIMEOUT_ENV = "MINDMOTOR_REDIS_TIMEOUT_S"
@@ -308,6 +310,7 @@ class RedisStore(Store):
     def __init__(self, url: str, prefix: str = DEFAULT_PREFIX, socket_timeout_s: float | None = None):
         import redis.asyncio as redis_asyncio
 
+        register_url(url)             # its password is masked in any log line or error from now on
         self.url = url
         self.prefix = prefix
         socket_timeout_s = redis_timeout_s() if socket_timeout_s is None else socket_timeout_s
@@ -328,7 +331,7 @@ class RedisStore(Store):
         try:
             yield
         except (redis.RedisError, OSError) as exc:
-            raise StoreUnavailable(f"redis at {self.url}: {type(exc).__name__}: {exc}") from exc
+            raise StoreUnavailable(redact(f"redis at {self.url}: {type(exc).__name__}: {exc}")) from exc
 
     async def ping(self) -> None:
         async with self._errors():

@@ -10,7 +10,7 @@
     DELETE /v1/instances/{id}             deregister
 
 Everything but /health and /metrics needs `Authorization: Bearer <admin token>` when a token is
-configured (a Prometheus scraping the controller should not hold a token that can drain workers;
+configured (the controller refuses to start without one when the admin API binds beyond loopback) (a Prometheus scraping the controller should not hold a token that can drain workers;
 the metrics are read-only, like every other service's);
 errors use the OpenAI error body `{"error": {"message", "type", "param", "code"}}`.
 """
@@ -25,6 +25,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from mindmotor.common.redact import redact
 from mindmotor.common.store import StoreUnavailable
 
 from .config import ControllerConfig
@@ -75,7 +76,7 @@ def create_admin_app(config: ControllerConfig, registry: Registry, elector: Lead
 
     @app.exception_handler(StoreUnavailable)
     async def _store_error(request: Request, exc: StoreUnavailable):
-        return JSONResponse(error_body(f"store unavailable: {exc}", "server_error", "store_unavailable"), 503)
+        return JSONResponse(error_body(redact(f"store unavailable: {exc}"), "server_error", "store_unavailable"), 503)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):

@@ -1,6 +1,7 @@
 """`mindmotor controller`: the cluster's registry, health checks and routing table.
 
-    mindmotor controller --port 50050 --admin-port 8090 [--redis-url redis://127.0.0.1:6379/0]
+    MINDMOTOR_REDIS_URL=redis://:PASSWORD@127.0.0.1:6379/0 MINDMOTOR_ADMIN_TOKEN=... \\
+    mindmotor controller --port 50050 --admin-port 8090
         [--pd-autoscale --pd-ttft-slo-ms 1000 --pd-tpot-slo-ms 50 --pd-slo deployment=NAME,ttft_ms=..,tpot_ms=..]
 
 With `--port 0` (or `--admin-port 0`) a free port is picked; either way the controller prints
@@ -15,6 +16,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from mindmotor.common.exposure import DEFAULT_HOST
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("controller", help="run the cluster controller (registry, health, routing)",
@@ -25,20 +28,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     net = parser.add_argument_group("serving")
-    net.add_argument("--host", default="0.0.0.0", help="gRPC address to listen on (default: %(default)s)")
+    net.add_argument("--host", default=DEFAULT_HOST, help="gRPC address to listen on (default: %(default)s)")
     net.add_argument("--port", type=int, default=50050, help="gRPC port; 0 picks a free one (default: %(default)s)")
-    net.add_argument("--admin-host", default="0.0.0.0", help="admin HTTP address (default: %(default)s)")
+    net.add_argument("--admin-host", default=DEFAULT_HOST,
+                     help="admin HTTP address (default: %(default)s); beyond loopback it needs an admin token")
     net.add_argument("--admin-port", type=int, default=8090,
                      help="admin HTTP port; 0 picks a free one (default: %(default)s)")
-    net.add_argument("--admin-token", default=os.environ.get("MINDMOTOR_ADMIN_TOKEN") or None,
-                     help="bearer token for the admin API (default: $MINDMOTOR_ADMIN_TOKEN; none: open)")
+    net.add_argument("--admin-token-file", default=None, metavar="FILE",
+                     help="file holding the bearer token of the admin API (default: $MINDMOTOR_ADMIN_TOKEN; "
+                          "none: open, allowed on loopback only)")
+    net.add_argument("--admin-token", default=None, help="the token itself (discouraged: visible in the "
+                                                         "process list; use $MINDMOTOR_ADMIN_TOKEN or the file)")
+    net.add_argument("--allow-open-admin", action="store_true",
+                     help="serve the admin API beyond loopback without a token (default: refuse to start)")
     net.add_argument("--controller-id", default=None, help="name in logs, metrics and the lease (default: HOST-PID-RANDOM)")
     net.add_argument("--log-level", default="INFO", help="(default: %(default)s)")
 
     store = parser.add_argument_group("store")
-    store.add_argument("--redis-url", default=os.environ.get("MINDMOTOR_REDIS_URL") or None,
-                       help="Redis for the registry and the leader lease (default: $MINDMOTOR_REDIS_URL; "
-                            "none: in memory)")
+    store.add_argument("--redis-url-file", default=None, metavar="FILE",
+                       help="file holding the URL of the Redis for the registry and the leader lease "
+                            "(default: $MINDMOTOR_REDIS_URL; none: in memory)")
+    store.add_argument("--redis-url", default=None,
+                       help="the URL itself (discouraged when it holds a password: use $MINDMOTOR_REDIS_URL "
+                            "or the file)")
     store.add_argument("--redis-prefix", default=os.environ.get("MINDMOTOR_REDIS_PREFIX") or "mindmotor:",
                        help="prefix of every Redis key (default: %(default)s)")
 
@@ -75,11 +87,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace):
     """ValueError for inconsistent values."""
+    from mindmotor.common.exposure import require_admin_token
+    from mindmotor.common.secrets import ADMIN_TOKEN_ENV, REDIS_URL_ENV, secret
+
     from .config import ControllerConfig, default_controller_id
 
+    admin_token = secret("admin token", args.admin_token, args.admin_token_file, ADMIN_TOKEN_ENV)
+    redis_url = secret("Redis URL", args.redis_url, args.redis_url_file, REDIS_URL_ENV)
+    require_admin_token("the controller admin API", args.admin_host, admin_token, args.allow_open_admin)
     return ControllerConfig(pd=pd_settings_from_args(args),
         host=args.host, port=args.port, admin_host=args.admin_host, admin_port=args.admin_port,
-        admin_token=args.admin_token, redis_url=args.redis_url, redis_prefix=args.redis_prefix,
+        admin_token=admin_token, redis_url=redis_url, redis_prefix=args.redis_prefix,
         heartbeat_interval_s=args.heartbeat_interval, suspect_misses=args.suspect_misses,
         dead_after_s=args.dead_after, forget_after_s=max(args.forget_after, args.dead_after),
         lease_ttl_s=args.lease_ttl, controller_id=args.controller_id or default_controller_id())

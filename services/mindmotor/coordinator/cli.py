@@ -1,7 +1,8 @@
 """`mindmotor coordinator`: the OpenAI-compatible HTTP front door.
 
     mindmotor coordinator --port 8000 --worker 10.0.0.5:50051 --worker 10.0.0.6:50051,weight=2 \\
-        --policy least_load --api-key sk-one
+        --policy least_load --api-key-file /run/secrets/api-keys \\
+        --https-cert tls.crt --https-key tls.key
     mindmotor coordinator --port 8000 --controller 10.0.0.2:50050 --model qwen2-7b=/ckpt/qwen2-7b
 
 The models served are those of the workers: a model without `--model` (or `--model-dir`) is
@@ -30,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("--config", default=None, metavar="FILE.yaml", help="settings file (YAML; keys as in CoordinatorSettings)")
-    add("--host", default=None, help="address to listen on (default: 0.0.0.0)")
+    add("--host", default=None, help="address to listen on (default: 127.0.0.1)")
     add("--port", type=int, default=None, help="HTTP port; 0 picks a free one (default: 8000)")
     add("--controller", action="append", default=None, metavar="ADDR",
         help="a controller's gRPC address (repeatable): instances from its routing table, not --worker")
@@ -43,9 +44,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="checkpoint directory (tokenizer, chat template) for every model without --model "
              "(then no model is discovered)")
     add("--policy", default=None, choices=POLICIES, help="routing policy (default: least_load)")
-    add("--api-key", action="append", default=None, metavar="KEY", help="accepted API key (repeatable)")
+    add("--api-key-file", default=None, metavar="FILE",
+        help="accepted API keys, one a line (also: $MINDMOTOR_API_KEYS, comma-separated)")
+    add("--api-key", action="append", default=None, metavar="KEY",
+        help="an accepted API key (repeatable; discouraged: visible in the process list)")
+    add("--https-cert", default=None, metavar="FILE", help="serve HTTPS: PEM certificate (chain)")
+    add("--https-key", default=None, metavar="FILE", help="serve HTTPS: the certificate's PEM private key")
     add("--rate-limit-rpm", type=float, default=None, help="requests per minute per key (default: unlimited)")
-    add("--redis-url", default=None, help="share the rate limit through Redis")
+    add("--redis-url-file", default=None, metavar="FILE",
+        help="share the rate limit through the Redis whose URL this file holds (also: $MINDMOTOR_REDIS_URL)")
+    add("--redis-url", default=None, help="the Redis URL itself (discouraged when it holds a password)")
     add("--max-requests", type=int, default=None, help="outstanding requests per model (default: 10000)")
     add("--max-retry", type=int, default=None, help="resubmissions after worker failures (default: 5)")
     add("--max-body-bytes", type=int, default=None, help="request body limit (default: 1 MiB)")
@@ -74,7 +82,9 @@ def settings_from_args(args: argparse.Namespace):
             models[name] = directory
     overrides = dict(
         host=args.host, port=args.port, models=models, model_dir=args.model_dir, policy=args.policy,
-        api_keys=args.api_key, rate_limit_rpm=args.rate_limit_rpm, redis_url=args.redis_url,
+        api_keys=args.api_key, api_key_file=args.api_key_file, rate_limit_rpm=args.rate_limit_rpm,
+        redis_url=args.redis_url, redis_url_file=args.redis_url_file, https_cert=args.https_cert,
+        https_key=args.https_key,
         max_requests=args.max_requests, max_retry=args.max_retry, max_body_bytes=args.max_body_bytes,
         log_level=args.log_level, controllers=args.controller,
         http_header_timeout_s=args.http_header_timeout, http_body_timeout_s=args.http_body_timeout,

@@ -8,8 +8,12 @@
                                          # optional: models without one are discovered from their workers
     policy: least_load
     traffic: {qwen2-7b: {v1: 90, v2: 10}}  # canary: 10% of the model's requests to version v2
-    api_keys: [sk-one, sk-two]
+    api_key_file: /run/secrets/api-keys  # or: one key a line (api_keys: [...] in a file is discouraged)
+    https_cert: /etc/mindmotor/tls/tls.crt
+    https_key: /etc/mindmotor/tls/tls.key
 
+Secrets (API keys, a Redis URL with a password) belong in the environment (`MINDMOTOR_API_KEYS`,
+`MINDMOTOR_REDIS_URL`) or in files (`api_key_file`, `redis_url_file`), not on the command line.
 Environment lists are comma-separated (`MINDMOTOR_API_KEYS=sk-one,sk-two`,
 `MINDMOTOR_WORKERS=10.0.0.5:50051,10.0.0.6:50051`) or JSON.
 """
@@ -65,7 +69,7 @@ class CoordinatorSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MINDMOTOR_", extra="ignore", validate_default=True)
 
     # serving
-    host: str = "0.0.0.0"
+    host: str = "127.0.0.1"                          # standalone: loopback unless told otherwise
     port: int = Field(8000, ge=0, le=65535)          # 0: pick a free port (see the ready line)
     coordinator_id: str = Field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}-"
                                                         f"{uuid.uuid4().hex[:6]}")
@@ -111,10 +115,12 @@ class CoordinatorSettings(BaseSettings):
     http_backlog: int = Field(2048, ge=1)            # the listen backlog
 
     # auth and rate limit
-    api_keys: Annotated[list[str], NoDecode] = []
+    api_keys: Annotated[list[str], NoDecode] = []    # $MINDMOTOR_API_KEYS (comma-separated) ...
+    api_key_file: str | None = None                  # ... and/or a file of keys, one a line
     rate_limit_rpm: float = Field(0.0, ge=0)         # requests per minute per key; 0: unlimited
     rate_limit_burst: int | None = Field(None, ge=1)  # bucket size (default: one minute's worth)
-    redis_url: str | None = None                     # shared rate limit across coordinators
+    redis_url: str | None = None                     # shared rate limit across coordinators ...
+    redis_url_file: str | None = None                # ... or a file holding that URL
     redis_prefix: str = "mindmotor:coordinator:ratelimit:"
     rate_limit_redis_timeout_s: float = Field(0.5, gt=0)  # each rate limit call to Redis (connect included)
     rate_limit_redis_skip_s: float = Field(5.0, ge=0)  # after a failed call Redis is skipped this long (fail open)
@@ -124,6 +130,10 @@ class CoordinatorSettings(BaseSettings):
     cors_allowed_methods: Annotated[list[str], NoDecode] = ["*"]
     cors_allowed_headers: Annotated[list[str], NoDecode] = ["*"]
     cors_allow_credentials: bool = False
+
+    # HTTPS (both or neither): PEM certificate chain and its private key; TLS 1.2 at least
+    https_cert: str | None = None
+    https_key: str | None = None
 
     @field_validator("workers", mode="before")
     @classmethod
@@ -145,6 +155,24 @@ class CoordinatorSettings(BaseSettings):
     @classmethod
     def _cors_lists(cls, value: Any) -> Any:
         return [str(v) for v in (_split_list(value) or [])]
+
+    @model_validator(mode="after")
+    def _secrets(self) -> "CoordinatorSettings":
+        """Keys and the Redis URL from their files; every secret registered for redaction."""
+        from mindmotor.common.secrets import secret, secret_list
+
+        self.api_keys = secret_list("API keys", self.api_keys, self.api_key_file)
+        self.redis_url = secret("Redis URL", self.redis_url, self.redis_url_file)
+        if bool(self.https_cert) != bool(self.https_key):
+            raise ValueError("HTTPS needs both a certificate (--https-cert) and its key (--https-key)")
+        for what, path in (("certificate", self.https_cert), ("key", self.https_key)):
+            if path and not Path(path).is_file():
+                raise ValueError(f"the HTTPS {what} file {path} does not exist")
+        return self
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.https_cert else "http"
 
     @model_validator(mode="after")
     def _check(self) -> "CoordinatorSettings":

@@ -1,8 +1,8 @@
 """Deployer commands for `mindmotor`:
 
     mindmotor deployer --port 50070 --controller 127.0.0.1:50050 [--backend local|kubernetes]
-        [--redis-url redis://127.0.0.1:6379/0] [--admin-token T] [--metrics-port N]
-        [--coordinator http://127.0.0.1:8000] [--analysis-error-margin F] [--analysis-ttft-margin F] ...
+        [--metrics-port N] [--coordinator http://127.0.0.1:8000] [--analysis-error-margin F] ...
+        # secrets from $MINDMOTOR_REDIS_URL, $MINDMOTOR_ADMIN_TOKEN (or --redis-url-file, --admin-token-file)
     mindmotor deploy apply -f SPEC.yaml | get NAME | list | delete NAME
     mindmotor deploy traffic NAME v1=90 v2=10
     mindmotor deploy rollout NAME --version v2 --checkpoint DIR --canary 10 [--allow-tokenizer-change]
@@ -12,7 +12,7 @@
 `deployer` prints `MINDMOTOR_DEPLOYER_READY port=N metrics_port=M` on stdout once it serves (with
 `--port 0` a free port is picked); logs are JSON lines on stderr; SIGTERM drains its local replicas
 and exits. `deploy` talks to it (`--deployer`, default $MINDMOTOR_DEPLOYER or 127.0.0.1:50070;
-`--admin-token`, default $MINDMOTOR_ADMIN_TOKEN); exit status 0 done, 1 refused or failed (the
+`--admin-token-file`, default $MINDMOTOR_ADMIN_TOKEN); exit status 0 done, 1 refused or failed (the
 reason on stderr), 2 a spec or arguments that are wrong before anything is sent. Nothing heavy is
 imported until a command runs.
 """
@@ -23,7 +23,10 @@ import argparse
 import os
 import sys
 
+from mindmotor.common.exposure import DEFAULT_HOST
+
 EXIT_REFUSED, EXIT_USAGE = 1, 2
+CONTROLLER_TOKEN_ENV = "MINDMOTOR_CONTROLLER_TOKEN"
 
 
 class CommandFailed(Exception):
@@ -40,24 +43,35 @@ def _register_deployer(subparsers) -> None:
     parser = subparsers.add_parser("deployer", help="run the Deployer (deployments, rollouts, traffic)",
                                    description="Run the Deployer: deployment specs into running workers.")
     net = parser.add_argument_group("serving")
-    net.add_argument("--host", default="0.0.0.0", help="address to listen on (default: %(default)s)")
+    net.add_argument("--host", default=DEFAULT_HOST,
+                     help="address to listen on (default: %(default)s); beyond loopback it needs an admin token")
     net.add_argument("--port", type=int, default=50070, help="gRPC port; 0 picks a free one (default: %(default)s)")
     net.add_argument("--metrics-port", type=int, default=0,
                      help="Prometheus /metrics port; 0 picks a free one (default: %(default)s)")
-    net.add_argument("--admin-token", default=os.environ.get("MINDMOTOR_ADMIN_TOKEN") or None,
-                     help="bearer token every Deployer call must carry (default: $MINDMOTOR_ADMIN_TOKEN; none: open)")
+    net.add_argument("--admin-token-file", default=None, metavar="FILE",
+                     help="file holding the bearer token every Deployer call must carry "
+                          "(default: $MINDMOTOR_ADMIN_TOKEN; none: open, allowed on loopback only)")
+    net.add_argument("--admin-token", default=None, help="the token itself (discouraged: visible in the "
+                                                         "process list; use $MINDMOTOR_ADMIN_TOKEN or the file)")
+    net.add_argument("--allow-open-admin", action="store_true",
+                     help="serve beyond loopback without a token (default: refuse to start)")
     net.add_argument("--log-level", default="INFO", help="(default: %(default)s)")
 
     ctl = parser.add_argument_group("cluster")
     ctl.add_argument("--controller", required=True, metavar="HOST:PORT[,HOST:PORT]",
                      help="the controller(s) replicas register with and traffic weights go to")
-    ctl.add_argument("--controller-token", default=None,
-                     help="the controller's admin token, for SetTraffic (default: --admin-token)")
+    ctl.add_argument("--controller-token-file", default=None, metavar="FILE",
+                     help="file holding the controller's admin token, for SetTraffic "
+                          "(default: $MINDMOTOR_CONTROLLER_TOKEN, else the admin token)")
+    ctl.add_argument("--controller-token", default=None, help="the token itself (discouraged)")
     ctl.add_argument("--backend", choices=("local", "kubernetes"), default="local",
                      help="where replicas run (default: %(default)s)")
-    ctl.add_argument("--redis-url", default=os.environ.get("MINDMOTOR_REDIS_URL") or None,
-                     help="keep deployments in Redis, so a restarted deployer recovers them "
-                          "(default: $MINDMOTOR_REDIS_URL; none: in memory)")
+    ctl.add_argument("--redis-url-file", default=None, metavar="FILE",
+                     help="file holding the URL of a Redis to keep deployments in, so a restarted deployer "
+                          "recovers them (default: $MINDMOTOR_REDIS_URL; none: in memory)")
+    ctl.add_argument("--redis-url", default=None,
+                     help="the URL itself (discouraged when it holds a password: use $MINDMOTOR_REDIS_URL "
+                          "or the file)")
     ctl.add_argument("--redis-prefix", default=os.environ.get("MINDMOTOR_REDIS_PREFIX") or "mindmotor:",
                      help="prefix of every Redis key; the deployer's are under <prefix>deployer: (default: %(default)s)")
 
@@ -118,9 +132,17 @@ def config_from_args(args: argparse.Namespace):
     """ValueError for inconsistent values."""
     from pathlib import Path
 
+    from mindmotor.common.exposure import require_admin_token
+    from mindmotor.common.secrets import ADMIN_TOKEN_ENV, REDIS_URL_ENV, secret
+
     from .analysis import AnalysisSettings
     from .config import DeployerConfig, KubernetesSettings
 
+    admin_token = secret("admin token", args.admin_token, args.admin_token_file, ADMIN_TOKEN_ENV)
+    controller_token = secret("controller token", args.controller_token, args.controller_token_file,
+                              CONTROLLER_TOKEN_ENV)
+    redis_url = secret("Redis URL", args.redis_url, args.redis_url_file, REDIS_URL_ENV)
+    require_admin_token("the Deployer", args.host, admin_token, args.allow_open_admin)
     coordinators = tuple(u.strip() for item in args.coordinator for u in item.split(",") if u.strip())
     return DeployerConfig(
         coordinators=coordinators,
@@ -128,8 +150,8 @@ def config_from_args(args: argparse.Namespace):
                                   max_ttft_p90_increase=args.analysis_ttft_margin, window_s=args.analysis_window,
                                   min_requests=args.analysis_min_requests),
         controllers=args.controller, host=args.host, port=args.port, metrics_port=args.metrics_port,
-        backend=args.backend, redis_url=args.redis_url, redis_prefix=args.redis_prefix,
-        admin_token=args.admin_token, controller_token=args.controller_token,
+        backend=args.backend, redis_url=redis_url, redis_prefix=args.redis_prefix,
+        admin_token=admin_token, controller_token=controller_token,
         reconcile_interval_s=args.reconcile_interval, rollout_timeout_s=args.rollout_timeout,
         drain_timeout_s=args.drain_timeout, orphan_grace_s=args.orphan_grace, restart_initial_s=args.restart_backoff,
         restart_max_s=args.restart_backoff_max, lease_ttl_s=args.lease_ttl, worker_host=args.worker_host,
@@ -167,8 +189,9 @@ def _register_deploy(subparsers) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--deployer", default=os.environ.get("MINDMOTOR_DEPLOYER") or "127.0.0.1:50070",
                         help="the deployer's gRPC address (default: $MINDMOTOR_DEPLOYER or %(default)s)")
-    common.add_argument("--admin-token", default=os.environ.get("MINDMOTOR_ADMIN_TOKEN") or None,
-                        help="(default: $MINDMOTOR_ADMIN_TOKEN)")
+    common.add_argument("--admin-token-file", default=None, metavar="FILE",
+                        help="file holding the Deployer's admin token (default: $MINDMOTOR_ADMIN_TOKEN)")
+    common.add_argument("--admin-token", default=None, help="the token itself (discouraged)")
     common.add_argument("--json", action="store_true", help="print the deployment(s) as JSON")
 
     parser = subparsers.add_parser("deploy", help="apply, inspect, shift traffic of and roll out deployments",
@@ -224,9 +247,12 @@ def _register_deploy(subparsers) -> None:
 
 
 def _client(args):
+    from mindmotor.common.secrets import ADMIN_TOKEN_ENV, secret
+
     from .client import DeployerClient
 
-    return DeployerClient(args.deployer, args.admin_token)
+    return DeployerClient(args.deployer, secret("admin token", args.admin_token, args.admin_token_file,
+                                                ADMIN_TOKEN_ENV))
 
 
 def _run(args, call) -> int:
@@ -235,11 +261,18 @@ def _run(args, call) -> int:
 
     from .show import print_deployments
 
+    from mindmotor.common.redact import redact
+
     try:
-        with _client(args) as client:
+        client = _client(args)
+    except ValueError as exc:          # an unreadable token file
+        print(str(exc), file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        with client:
             result = call(client)
     except grpc.RpcError as exc:
-        print(f"deployer {args.deployer}: {exc.code().name}: {exc.details()}", file=sys.stderr)
+        print(redact(f"deployer {args.deployer}: {exc.code().name}: {exc.details()}"), file=sys.stderr)
         return EXIT_REFUSED
     except (TimeoutError, CommandFailed) as exc:
         print(str(exc), file=sys.stderr)

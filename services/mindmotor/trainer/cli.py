@@ -120,7 +120,14 @@ def _path(value: Path | None) -> str | None:
 def _register_trainer(subparsers) -> None:
     p = subparsers.add_parser("trainer", help="serve the Trainer gRPC service (training jobs)")
     p.add_argument("--port", type=int, default=50070)
-    p.add_argument("--host", default="0.0.0.0")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default: %(default)s); beyond loopback it needs an admin token")
+    p.add_argument("--admin-token-file", default=None, metavar="FILE",
+                   help="file holding the bearer token every Trainer call must carry (default: "
+                        "$MINDMOTOR_ADMIN_TOKEN; none: open, allowed on loopback only)")
+    p.add_argument("--admin-token", default=None, help="the token itself (discouraged)")
+    p.add_argument("--allow-open-admin", action="store_true",
+                   help="serve beyond loopback without a token (default: refuse to start)")
     p.add_argument("--store", type=Path, default=Path("checkpoints"), help="checkpoint store directory")
     p.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port")
     p.set_defaults(func=cmd_trainer)
@@ -131,10 +138,19 @@ def cmd_trainer(args) -> int:
 
     from mindmotor.common.logging import setup_logging
 
+    from mindmotor.common.exposure import require_admin_token
+    from mindmotor.common.secrets import ADMIN_TOKEN_ENV, secret
+
     from .service import serve
 
     setup_logging("trainer")
-    asyncio.run(serve(args.port, args.store, host=args.host, metrics_port=args.metrics_port))
+    try:
+        token = secret("admin token", args.admin_token, args.admin_token_file, ADMIN_TOKEN_ENV)
+        require_admin_token("the Trainer", args.host, token, args.allow_open_admin)
+    except ValueError as exc:
+        print(f"mindmotor trainer: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    asyncio.run(serve(args.port, args.store, host=args.host, metrics_port=args.metrics_port, admin_token=token))
     return 0
 
 

@@ -21,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     net = parser.add_argument_group("serving")
-    net.add_argument("--host", default="0.0.0.0", help="address to listen on (default: %(default)s)")
+    net.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     net.add_argument("--port", type=int, default=50051, help="gRPC port; 0 picks a free one (default: %(default)s)")
     net.add_argument("--metrics-port", type=int, default=0,
                      help="Prometheus /metrics port; 0 picks a free one (default: %(default)s)")

@@ -1,0 +1,36 @@
+"""Where a service listens, and what that demands: standalone services bind 127.0.0.1 unless told
+otherwise, and an admin endpoint bound beyond loopback refuses to start without a token.
+
+    require_admin_token("the controller admin API", "0.0.0.0", token=None)
+    # ValueError: the controller admin API listens on 0.0.0.0 (beyond loopback) without an admin token ...
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+DEFAULT_HOST = "127.0.0.1"
+ALLOW_OPEN_FLAG = "--allow-open-admin"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` reaches this machine only (127.0.0.0/8, ::1, localhost); a wildcard
+    (0.0.0.0, ::, empty) or any other name or address is beyond loopback."""
+    host = (host or "").strip().strip("[]")
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def require_admin_token(what: str, host: str, token: str | None, allow_open: bool = False) -> None:
+    """ValueError (the start-up error) when `what` would listen beyond loopback with no token,
+    unless `allow_open` (the operator's explicit `--allow-open-admin`)."""
+    if token or allow_open or is_loopback(host):
+        return
+    raise ValueError(
+        f"{what} listens on {host} (beyond loopback) without an admin token: give one "
+        f"(MINDMOTOR_ADMIN_TOKEN or --admin-token-file FILE), bind 127.0.0.1, or pass "
+        f"{ALLOW_OPEN_FLAG} to run it open on purpose")
