@@ -80,6 +80,7 @@ class CoordinatorSettings(BaseSettings):
     workers: Annotated[list[WorkerEntry], NoDecode] = []   # ... or static workers
     models: dict[str, str] = {}                      # served model name -> checkpoint directory
     model_dir: str | None = None                     # tokenizer for a model without its own entry
+    model_uris: dict[str, str] = {}                  # model -> its `root` in /v1/models (default: the name)
     status_interval_s: float = Field(1.0, gt=0)      # how often each worker's Status is read
     status_timeout_s: float = Field(1.0, gt=0)
     suspect_s: float = Field(5.0, ge=0)              # a worker that failed a request is skipped this long

@@ -40,7 +40,7 @@ class ServedModel:
     name: str
     tokenizer: Tokenizer
     max_model_len: int          # 0: no instance has reported it yet
-    root: str                   # the checkpoint directory (the model name, when discovered)
+    root: str                   # what /v1/models shows: the name or a configured URI, never a local path
     tokens: TokenText           # single-token text and bytes (logprobs), cached
     versions: frozenset[str] | None = None   # routed only to these versions (None: any)
 
@@ -132,7 +132,9 @@ class ModelCatalog:
         return min(lengths) if lengths else 0
 
     def root(self, name: str) -> str:
-        return self.settings.tokenizer_dir(name) or name
+        """The model's `root` in /v1/models: its configured URI (`model_uris`), else its name; never
+        the checkpoint directory (a client has no business knowing the server's filesystem)."""
+        return self.settings.model_uris.get(name) or name
 
     def resolve(self, name: str,
                 choose_version: Callable[[str, Collection[str]], str | None] | None = None) -> ServedModel:

@@ -1,5 +1,5 @@
-"""Run the coordinator on uvicorn: bind (port 0 picks a free one), serve, print
-`MINDMOTOR_COORDINATOR_READY port=N` once serving; SIGTERM/SIGINT stop it gracefully (uvicorn
+"""Run the coordinator on uvicorn: bind (port 0 picks a free one), serve (HTTPS with
+`https_cert`/`https_key`, TLS 1.2 at least), print `MINDMOTOR_COORDINATOR_READY port=N` once serving; SIGTERM/SIGINT stop it gracefully (uvicorn
 stops accepting, lets open responses finish for up to `GRACEFUL_S`)."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import signal
 import socket
+import ssl
 import sys
 
 import uvicorn
@@ -40,18 +41,28 @@ class _Server(uvicorn.Server):
         yield
 
 
+def _tls12_at_least(config: uvicorn.Config, default_factory) -> ssl.SSLContext:
+    """uvicorn's server context for the certificate and key, refusing anything older than TLS 1.2."""
+    context = default_factory()
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
+
+
 def make_server(app, log_level: str = "warning", settings: CoordinatorSettings | None = None) -> uvicorn.Server:
     """uvicorn with the coordinator's HTTP limits (`settings`; None: the defaults): keep-alive,
-    header and body deadlines, header size, connection limit, listen backlog."""
+    header and body deadlines, header size, connection limit, listen backlog; HTTPS (TLS 1.2 at
+    least) when the settings name a certificate and key."""
     s = settings or CoordinatorSettings.model_construct()
     limits = HTTPLimits(header_timeout_s=s.http_header_timeout_s, body_timeout_s=s.http_body_timeout_s,
                         max_connections=s.http_max_connections)
     coordinator = getattr(app.state, "coordinator", None)          # create_app's; None: a bare app
     on_refused = (lambda reason: coordinator.metrics.http_refused.labels(reason).inc()) if coordinator else None
+    tls = dict(ssl_certfile=s.https_cert, ssl_keyfile=s.https_key, ssl_context_factory=_tls12_at_least) \
+        if s.https_cert else {}
     config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on", log_level=log_level.lower(),
                             timeout_graceful_shutdown=GRACEFUL_S, timeout_keep_alive=s.http_keep_alive_s,
                             h11_max_incomplete_event_size=s.http_max_header_bytes, backlog=s.http_backlog,
-                            http=limited_h11(limits, on_refused))
+                            http=limited_h11(limits, on_refused), **tls)
     return _Server(config)
 
 
