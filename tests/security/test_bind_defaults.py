@@ -1,0 +1,108 @@
+"""Where services listen by default, and what an admin endpoint beyond loopback demands: every
+`--*host` option of every `mindmotor` command defaults to 127.0.0.1; the controller admin API, the
+Deployer and the Trainer refuse to start beyond loopback without a token (a clear error, no ready
+line), start with one (and then demand it), and start open only when told `--allow-open-admin`."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from mindmotor.common.exposure import is_loopback
+
+from .public_side_support import Service, clean_env, token
+
+pytestmark = pytest.mark.timeout(180)
+
+LOOPBACK = "127.0.0.1"
+
+
+def host_options() -> list[tuple[str, argparse.Action]]:
+    """("mindmotor <command ...>", action) for every option named --host or --*-host, in every (sub)command."""
+    from mindmotor.cli import build_parser
+
+    found = []
+
+    def walk(parser: argparse.ArgumentParser, path: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, f"{path} {name}")
+            elif any(o == "--host" or o.endswith("-host") for o in action.option_strings):
+                found.append((path, action))
+
+    walk(build_parser(), "mindmotor")
+    return found
+
+
+def test_every_host_option_defaults_to_loopback():
+    options = host_options()
+    commands = {path for path, _ in options}
+    assert {"mindmotor controller", "mindmotor worker", "mindmotor deployer", "mindmotor trainer",
+            "mindmotor coordinator"} <= commands, commands
+    for path, action in options:
+        if action.default is None:        # resolved later: the coordinator's settings, `up`'s config file
+            assert path in ("mindmotor coordinator", "mindmotor up"), (path, action.option_strings)
+            continue
+        assert action.default == LOOPBACK, (path, action.option_strings, action.default)
+
+
+def test_the_coordinator_default_resolved_by_its_settings_is_loopback_too():
+    from mindmotor.coordinator.config import load_settings
+
+    assert load_settings(None, workers=["127.0.0.1:1"]).host == LOOPBACK
+
+
+@pytest.mark.parametrize("host, loopback", [
+    ("127.0.0.1", True), ("127.0.0.2", True), ("::1", True), ("[::1]", True), ("localhost", True),
+    ("0.0.0.0", False), ("::", False), ("", False), ("10.0.0.5", False), ("controller.example", False)])
+def test_what_counts_as_loopback(host, loopback):
+    assert is_loopback(host) is loopback
+
+
+def run(args: list[str], **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mindmotor.cli", *args], capture_output=True, text=True,
+                          timeout=60, env=clean_env(**env))
+
+
+@pytest.mark.parametrize("args, code", [
+    (["controller", "--port", "0", "--admin-port", "0", "--admin-host", "0.0.0.0"], 1),
+    (["deployer", "--port", "0", "--host", "0.0.0.0", "--controller", "127.0.0.1:1"], 1),
+    (["trainer", "--port", "0", "--host", "0.0.0.0"], 2),
+], ids=["controller", "deployer", "trainer"])
+def test_an_admin_endpoint_beyond_loopback_without_a_token_refuses_to_start(args, code):
+    out = run(args)
+    assert out.returncode == code, out.stderr
+    assert "READY" not in out.stdout
+    assert "beyond loopback) without an admin token" in out.stderr and "MINDMOTOR_ADMIN_TOKEN" in out.stderr
+    assert "--allow-open-admin" in out.stderr
+
+
+def test_beyond_loopback_with_a_token_it_starts_and_demands_it(tmp_path):
+    admin_token = token("admintok")
+    controller = Service("controller", ["controller", "--port", "0", "--admin-port", "0", "--admin-host", "0.0.0.0"],
+                         "MINDMOTOR_CONTROLLER_READY", tmp_path / "controller.log",
+                         env=clean_env(MINDMOTOR_ADMIN_TOKEN=admin_token))
+    try:
+        url = f"http://127.0.0.1:{controller.ready['admin_port']}/v1/instances"
+        assert httpx.get(url, timeout=10).status_code == 401
+        assert httpx.get(url, timeout=10, headers={"Authorization": f"Bearer {admin_token}"}).status_code == 200
+    finally:
+        controller.stop()
+    assert admin_token not in controller.log_text()
+
+
+def test_allow_open_admin_starts_it_open_on_purpose(tmp_path):
+    controller = Service("controller", ["controller", "--port", "0", "--admin-port", "0", "--admin-host", "0.0.0.0",
+                                        "--allow-open-admin"], "MINDMOTOR_CONTROLLER_READY",
+                         tmp_path / "controller.log", env=clean_env())
+    try:
+        url = f"http://127.0.0.1:{controller.ready['admin_port']}/v1/instances"
+        assert httpx.get(url, timeout=10).status_code == 200
+    finally:
+        controller.stop()
+    assert "the admin API is open" in controller.log_text()
