@@ -150,6 +150,10 @@ def cmd_trainer(args) -> int:
     except ValueError as exc:
         print(f"mindmotor trainer: error: {exc}", file=sys.stderr)
         return EXIT_BAD_CONFIG
+    if not token:
+        import logging
+
+        logging.getLogger("mindmotor.trainer").warning("the Trainer API is open: no admin token configured")
     asyncio.run(serve(args.port, args.store, host=args.host, metrics_port=args.metrics_port, admin_token=token))
     return 0
 
