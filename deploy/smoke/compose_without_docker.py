@@ -28,6 +28,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -136,8 +138,8 @@ class Smoke:
         return subprocess.run(["ip", "netns", "exec", self.ns(name), "sh", "-c", self._script(list(argv), False)],
                               capture_output=True, text=True, timeout=timeout, env=self.env())
 
-    def get(self, url: str) -> dict:
-        return json.loads(self.exec_in("client", "curl", "-sS", url).stdout)
+    def get(self, url: str, *headers: str) -> dict:
+        return json.loads(self.exec_in("client", "curl", "-sS", *[a for h in headers for a in ("-H", h)], url).stdout)
 
     def wait_healthy(self, name: str, timeout: float = 120) -> None:
         test = self.compose["services"][name]["healthcheck"]["test"]
@@ -180,7 +182,7 @@ class Smoke:
         for name in ("controller", "worker-1", "worker-2", "coordinator"):
             svc = self.compose["services"][name]
             argv = ["mindmotor", *[str(a).replace("/models/", f"{self.image}/models/") for a in svc["command"]]]
-            env = {k: str(v) for k, v in (svc.get("environment") or {}).items()}
+            env = {k: interpolate(str(v)) for k, v in (svc.get("environment") or {}).items()}
             print(f"{name}: {' '.join(argv)}", flush=True)
             self.start(name, argv, env=env)
             self.wait_healthy(name)
@@ -195,17 +197,18 @@ class Smoke:
         print("requests from the client namespace, by service name:")
         body = json.dumps({"model": "mindmotor-demo", "prompt": "def fibonacci(n):", "max_tokens": 24, "temperature": 0})
         r = self.exec_in("client", "curl", "-sS", "-w", "\n%{http_code}", "http://coordinator:8000/v1/completions",
-                         "-H", "Content-Type: application/json", "-d", body)
+                         "-H", "Content-Type: application/json", "-H", api_key_header(), "-d", body)
         text, _, code = r.stdout.rpartition("\n")
         self.check(code == "200", f"POST coordinator:8000/v1/completions -> {code}: {text[:300]}")
         for i in range(6):
             self.exec_in("client", "curl", "-sS", "-o", "/dev/null", "http://coordinator:8000/v1/chat/completions",
-                         "-H", "Content-Type: application/json", "-d",
+                         "-H", "Content-Type: application/json", "-H", api_key_header(), "-d",
                          json.dumps({"model": "mindmotor-demo", "max_tokens": 16, "stream": i % 2 == 0,
                                      "messages": [{"role": "user", "content": f"import os {i}"}]}))
         health = self.get("http://coordinator:8000/health")
         self.check(sum(i["routable"] for i in health["instances"].values()) == 2, f"coordinator /health: {health}")
-        instances = self.get("http://controller:8090/v1/instances")["data"]
+        instances = self.get("http://controller:8090/v1/instances",
+                             f"Authorization: Bearer {os.environ['MINDMOTOR_ADMIN_TOKEN']}")["data"]
         self.check(sorted((i["address"], i["metrics_address"], i["state"]) for i in instances) ==
                    [("worker-1:50051", "worker-1:9100", "ready"), ("worker-2:50051", "worker-2:9100", "ready")],
                    f"controller /v1/instances: {[(i['instance_id'], i['address'], i['state']) for i in instances]}")
@@ -254,6 +257,25 @@ class Smoke:
         return 0 if not self.failures else 1
 
 
+_COMPOSE_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([?-])([^}]*))?\}")
+
+
+def interpolate(value: str) -> str:
+    """Compose's `${VAR}`, `${VAR:-default}` and `${VAR:?message}` from this process's environment."""
+    def sub(m: re.Match) -> str:
+        name, kind, arg = m.groups()
+        if os.environ.get(name):
+            return os.environ[name]
+        if kind == "?":
+            raise SystemExit(f"docker-compose.yml needs ${name}: {arg}")
+        return arg or ""
+    return _COMPOSE_VAR.sub(sub, value)
+
+
+def api_key_header() -> str:
+    return f"Authorization: Bearer {os.environ['MINDMOTOR_API_KEYS'].split(',')[0]}"
+
+
 def sh(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, check=check, capture_output=True, text=True)
 
@@ -267,6 +289,9 @@ def main() -> int:
     if os.geteuid() != 0:
         print("needs root (network and mount namespaces)", file=sys.stderr)
         return 2
+    # the secrets docker-compose.yml takes from the shell: the caller's, or fresh ones
+    os.environ.setdefault("MINDMOTOR_ADMIN_TOKEN", secrets.token_hex(24))
+    os.environ.setdefault("MINDMOTOR_API_KEYS", f"sk-{secrets.token_hex(16)}")
     return Smoke(Path(args.image_dir), Path(args.run_dir), args.python).main()
 
 

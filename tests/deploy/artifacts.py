@@ -129,6 +129,26 @@ def map_image_paths(text: str) -> str:
 
 
 CONFIG_FILES: dict[str, str] = {}   # container path -> text (k8s ConfigMap mounts), filled by k8s readers
+SECRET_MOUNTS: dict[str, str] = {}  # container directory -> Secret name (k8s Secret volumes), likewise
+SECRET_FILE_SETTINGS = ("api_key_file", "redis_url_file", "https_cert", "https_key")
+
+
+def _stand_in_secret_files(args: argparse.Namespace, tmp: Path, where: str) -> None:
+    """Every secret file flag that names a file in a mounted Secret -> a stand-in file (the Secret is
+    created by the operator, its content is not in the repository); any other path must exist."""
+    for name in SECRET_FILE_SETTINGS:
+        path = getattr(args, name, None)
+        if path is None:
+            continue
+        mount = next((m for m in SECRET_MOUNTS if path.startswith(m.rstrip("/") + "/")), None)
+        if mount is None:
+            if not Path(path).is_file():
+                raise AssertionError(f"{where}: --{name.replace('_', '-')} {path} is not in a mounted Secret")
+            continue
+        stand_in = tmp / "secrets" / path.lstrip("/")
+        stand_in.parent.mkdir(parents=True, exist_ok=True)
+        stand_in.write_text("from-a-secret\n")
+        setattr(args, name, str(stand_in))
 
 
 def coordinator_settings(service: ServiceArgs, tmp_dir: Path | None = None):
@@ -147,6 +167,7 @@ def coordinator_settings(service: ServiceArgs, tmp_dir: Path | None = None):
             path = Path(tmp) / "config.yaml"
             path.write_text(map_image_paths(CONFIG_FILES[args.config]))
             args.config = str(path)
+        _stand_in_secret_files(args, Path(tmp), service.where)
         with environment(env):
             return settings_from_args(args)
 
@@ -207,6 +228,8 @@ def k8s_docs() -> list[tuple[Path, dict]]:
     docs = [(path, doc) for path in k8s_files() for doc in load_yaml_all(path)]
     CONFIG_FILES.clear()
     CONFIG_FILES.update(configmap_mounts(docs))
+    SECRET_MOUNTS.clear()
+    SECRET_MOUNTS.update(secret_mounts(docs))
     return docs
 
 
@@ -231,6 +254,20 @@ def configmap_mounts(docs) -> dict[str, str]:
                 if cm and cm["name"] in maps:
                     for key, text in maps[cm["name"]].items():
                         out[f"{m['mountPath'].rstrip('/')}/{key}"] = text
+    return out
+
+
+def secret_mounts(docs) -> dict[str, str]:
+    """Container directory -> Secret name for every Secret volume mounted into a container."""
+    out = {}
+    for _, w in workloads(docs):
+        spec = pod_spec(w)
+        volumes = {v["name"]: v for v in spec.get("volumes") or []}
+        for c in spec["containers"]:
+            for m in c.get("volumeMounts") or []:
+                secret = volumes.get(m["name"], {}).get("secret")
+                if secret:
+                    out[m["mountPath"]] = secret["secretName"]
     return out
 
 
