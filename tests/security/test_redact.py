@@ -84,6 +84,10 @@ def test_secrets_from_files_and_the_environment(tmp_path, monkeypatch):
     assert secret_list("keys", values=["k-flag"], file=keys_file, env="MINDMOTOR_TEST_KEYS") == \
         ["k-flag", "k-file-1", "k-file-2"]
     assert redact("from-file k-file-2") == "*** ***"       # registered as they were read
+    pw = token("pw")
+    assert secret("Redis URL", flag=f"redis://:{pw}@h:1/0") == f"redis://:{pw}@h:1/0"
+    assert secret("Redis URL", flag="redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
+    assert redact(f"AUTH {pw} at redis://127.0.0.1:6379/0") == "AUTH *** at redis://127.0.0.1:6379/0"
 
 
 def test_a_bad_secret_file_is_an_error_naming_the_file_not_its_content(tmp_path):

@@ -39,9 +39,11 @@ def read_lines(what: str, path: str | os.PathLike) -> list[str]:
 
 
 def _register(value: str) -> str:
-    register_secret(value)
+    """Mask `value` from now on; of a URL only its password (a URL without one is no secret)."""
     if "://" in value:
         register_url(value)
+    else:
+        register_secret(value)
     return value
 
 
