@@ -106,3 +106,45 @@ def test_allow_open_admin_starts_it_open_on_purpose(tmp_path):
     finally:
         controller.stop()
     assert "the admin API is open" in controller.log_text()
+
+
+def test_the_trainer_demands_its_admin_token_on_every_call_but_health(tmp_path):
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from mindmotor.common.admin_token import bearer_metadata
+    from mindmotor.common.waiting import wait_until
+    from mindmotor.protocol import trainer_pb2, trainer_pb2_grpc
+
+    from .public_side_support import free_port
+
+    admin_token, port = token("admintok"), free_port()
+    token_file = tmp_path / "token"
+    token_file.write_text(admin_token)
+    with open(tmp_path / "trainer.log", "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "mindmotor.cli", "trainer", "--host", "0.0.0.0", "--port",
+                                 str(port), "--store", str(tmp_path / "store"), "--admin-token-file", str(token_file)],
+                                stdout=subprocess.DEVNULL, stderr=log, env=clean_env())
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+
+            def serving():
+                assert proc.poll() is None, (tmp_path / "trainer.log").read_text()
+                try:
+                    return health.Check(health_pb2.HealthCheckRequest(), timeout=1).status == \
+                        health_pb2.HealthCheckResponse.SERVING
+                except grpc.RpcError:
+                    return False
+
+            wait_until(serving, timeout=60, what="the trainer to serve")
+            stub = trainer_pb2_grpc.TrainerStub(channel)
+            for metadata in ((), bearer_metadata("wrong")):
+                with pytest.raises(grpc.RpcError) as refused:
+                    stub.ListJobs(trainer_pb2.ListJobsRequest(), metadata=metadata, timeout=10)
+                assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            stub.ListJobs(trainer_pb2.ListJobsRequest(), metadata=bearer_metadata(admin_token), timeout=10)
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    assert admin_token not in (tmp_path / "trainer.log").read_text()

@@ -136,9 +136,8 @@ def _register_trainer(subparsers) -> None:
 def cmd_trainer(args) -> int:
     import asyncio
 
-    from mindmotor.common.logging import setup_logging
-
     from mindmotor.common.exposure import require_admin_token
+    from mindmotor.common.logging import setup_logging
     from mindmotor.common.secrets import ADMIN_TOKEN_ENV, secret
 
     from .service import serve
