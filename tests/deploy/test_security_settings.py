@@ -46,7 +46,7 @@ def test_the_kubernetes_coordinator_serves_https_with_keys_from_secrets():
         for path in (args.https_cert, args.https_key, args.api_key_file):
             assert path and any(path.startswith(m.rstrip("/") + "/") for m in mounts), (service.where, path)
         settings = A.coordinator_settings(service)
-        assert settings.scheme == "https" and settings.api_keys
+        assert settings.scheme == "https" and settings.api_key_file
         for kind in ("readinessProbe", "livenessProbe", "startupProbe"):
             if kind in container:
                 assert container[kind]["httpGet"].get("scheme") == "HTTPS", (service.where, kind)

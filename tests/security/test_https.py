@@ -13,7 +13,9 @@ import httpx
 import openai
 import pytest
 
-from .public_side_support import Service, PKI, clean_env, make_pki, token
+from mindmotor.common.waiting import wait_until
+
+from .public_side_support import PKI, Service, clean_env, make_pki, token
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -46,6 +48,7 @@ def https(tiny_ckpt, pki, keys, tmp_path_factory):
     except BaseException:
         worker.stop()
         raise
+    coordinator.key_file = key_file
     coordinator.port = int(coordinator.ready["port"])
     coordinator.base_url = f"https://127.0.0.1:{coordinator.port}/v1"
     yield coordinator
@@ -129,3 +132,27 @@ def test_no_key_on_the_command_line_or_in_the_log(https, keys):
     assert "--api-key-file" in https.cmdline()
     log = https.log_text()
     assert log and not [k for k in keys if k in log]
+
+
+def test_keys_rotate_by_editing_the_key_file(https, pki, keys, tiny_ckpt):
+    """Last here: it replaces the keys. No restart: the coordinator re-reads the file when it changes."""
+    new_key = token("sk-https-new")
+
+    def status(key: str) -> int:
+        return http.get(f"{https.base_url}/models", headers={"Authorization": f"Bearer {key}"}).status_code
+
+    with httpx.Client(verify=trusting(pki), timeout=30) as http:
+        https.key_file.write_text("\n".join([keys[0], new_key]) + "\n")          # 1. add the new key
+        wait_until(lambda: status(new_key) == 200, timeout=20, what="the new key to be accepted")
+        assert status(keys[0]) == 200
+        https.key_file.write_text(new_key + "\n")                                  # 3. remove the old one
+        wait_until(lambda: status(keys[0]) == 401, timeout=20, what="the old key to be refused")
+        assert status(new_key) == 200
+        https.key_file.write_text("")                              # emptied by mistake: the keys stay
+        wait_until(lambda: status(new_key) == 200 and "API key file not reloaded" in https.log_text(),
+                   timeout=20, what="the warning (the file is checked when a request comes)")
+        assert status(new_key) == 200 and status(keys[0]) == 401
+        metrics = http.get(f"{https.base_url.removesuffix('/v1')}/metrics").text
+    assert 'mindmotor_coordinator_api_key_reloads_total{outcome="reloaded"} 2.0' in metrics
+    assert 'mindmotor_coordinator_api_key_reloads_total{outcome="kept"} 1.0' in metrics
+    assert new_key not in https.log_text() and new_key not in https.cmdline()

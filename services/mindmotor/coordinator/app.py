@@ -56,7 +56,9 @@ def build_coordinator(settings: CoordinatorSettings) -> Coordinator:
         settings=settings, table=table, router=router, channels=WorkerChannels(),
         catalog=ModelCatalog(settings, table),
         admission=Admission(settings.max_requests, settings.retry_after_s, metrics), metrics=metrics,
-        keys=APIKeys(settings.api_keys), limiter=make_rate_limiter(settings, metrics))
+        keys=APIKeys(settings.api_keys, settings.api_key_file,
+                     on_reload=lambda outcome: metrics.api_key_reloads.labels(outcome).inc()),
+        limiter=make_rate_limiter(settings, metrics))
 
 
 def make_source(settings: CoordinatorSettings, c: Coordinator):

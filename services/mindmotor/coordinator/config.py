@@ -117,7 +117,7 @@ class CoordinatorSettings(BaseSettings):
 
     # auth and rate limit
     api_keys: Annotated[list[str], NoDecode] = []    # $MINDMOTOR_API_KEYS (comma-separated) ...
-    api_key_file: str | None = None                  # ... and/or a file of keys, one a line
+    api_key_file: str | None = None                  # ... and/or a file of keys, one a line (re-read on change)
     rate_limit_rpm: float = Field(0.0, ge=0)         # requests per minute per key; 0: unlimited
     rate_limit_burst: int | None = Field(None, ge=1)  # bucket size (default: one minute's worth)
     redis_url: str | None = None                     # shared rate limit across coordinators ...
@@ -159,10 +159,13 @@ class CoordinatorSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _secrets(self) -> "CoordinatorSettings":
-        """Keys and the Redis URL from their files; every secret registered for redaction."""
+        """The Redis URL from its file; the key file checked (read by `APIKeys`, which re-reads it
+        when it changes); every secret registered for redaction."""
         from mindmotor.common.secrets import secret, secret_list
 
-        self.api_keys = secret_list("API keys", self.api_keys, self.api_key_file)
+        self.api_keys = secret_list("API keys", self.api_keys)
+        if self.api_key_file:
+            secret_list("API keys", file=self.api_key_file)
         self.redis_url = secret("Redis URL", self.redis_url, self.redis_url_file)
         if bool(self.https_cert) != bool(self.https_key):
             raise ValueError("HTTPS needs both a certificate (--https-cert) and its key (--https-key)")

@@ -29,6 +29,8 @@ class CoordinatorMetrics:
         self.outstanding = Gauge(p + "outstanding_requests", "admitted choices not yet finished (queue size)",
                                  ["model"], registry=r)
         self.rejected = Counter(p + "rejected_total", "requests refused before routing", ["reason"], registry=r)
+        self.api_key_reloads = Counter(p + "api_key_reloads_total", "changes of the API key file: reloaded, or "
+                                       "kept (unreadable or empty: the previous keys stay)", ["outcome"], registry=r)
         self.retries = Counter(p + "retries_total", "resubmissions after a worker failure",
                                ["model", "reason"], registry=r)
         self.migrations = Counter(p + "migrations_total",
