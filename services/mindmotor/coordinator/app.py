@@ -86,7 +86,7 @@ def create_app(settings: CoordinatorSettings, coordinator: Coordinator | None = 
         c.started = True
         log.info("coordinator started", extra={
             "instances": len(c.table.all()), "models": c.catalog.names(), "policy": settings.policy,
-            "auth": c.keys.enabled, "rate_limit_rpm": settings.rate_limit_rpm})
+            "auth": c.keys.enabled, "rate_limit_rpm": settings.rate_limit_rpm, "scheme": settings.scheme})
         try:
             yield
         finally:
