@@ -1,6 +1,7 @@
 """Run the coordinator on uvicorn: bind (port 0 picks a free one), serve (HTTPS with
-`https_cert`/`https_key`, TLS 1.2 at least), print `MINDMOTOR_COORDINATOR_READY port=N` once serving; SIGTERM/SIGINT stop it gracefully (uvicorn
-stops accepting, lets open responses finish for up to `GRACEFUL_S`)."""
+`https_cert`/`https_key`, TLS 1.2 at least), print `MINDMOTOR_COORDINATOR_READY port=N` once
+serving; SIGTERM/SIGINT stop it gracefully (uvicorn stops accepting, lets open responses finish
+for up to `GRACEFUL_S`)."""
 
 from __future__ import annotations
 
