@@ -145,14 +145,16 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
             async with aclosing(open_outputs()) as outputs:
                 async for out in outputs:
                     timer.on_tokens(len(out.new_token_ids))
-                    await context.write(response_from_output(out))
                     if out.finished:
+                        # Before the write: a client that closes the call as soon as it has the last
+                        # message may cancel the write, but the request finished, not "cancelled".
                         finish_reason = out.finish_reason
                         log.info("request finished", extra={
                             "finish_reason": finish_reason, "prompt_tokens": out.num_prompt_tokens,
                             "completion_tokens": out.num_output_tokens,
                             "cached_tokens": out.num_cached_tokens, "ttft_s": timer.ttft_s,
                             "duration_s": timer.elapsed_s})
+                    await context.write(response_from_output(out))
         except RequestError as exc:
             finish_reason = None
             self.metrics.refused.labels(reason="invalid_argument").inc()
