@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "mindmotor.controller.cli",    # controller
     "mindmotor.deployer.cli",      # deployer, deploy
     "mindmotor.launcher.cli",      # up
+    "mindmotor.common.certs_cli",  # certs
 ]
 
 

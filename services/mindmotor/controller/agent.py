@@ -35,7 +35,9 @@ import grpc
 
 from mindmotor.protocol import controller_pb2, controller_pb2_grpc
 
-from .reconnect import CHANNEL_OPTIONS, Reconnector, parse_addresses
+from mindmotor.common import rpc
+
+from .reconnect import Reconnector, parse_addresses
 
 log = logging.getLogger("mindmotor.controller.agent")
 
@@ -162,7 +164,7 @@ class InstanceAgent:
             address = self.reconnector.next_address()
 
     async def _session(self, address: str) -> None:
-        async with grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS) as channel:
+        async with rpc.aio_channel(address) as channel:
             stub = controller_pb2_grpc.ControllerStub(channel)
             try:
                 response = await stub.Register(self.registration, timeout=self.rpc_timeout_s)
@@ -252,7 +254,7 @@ class InstanceAgent:
         ordered = ([self.controller] if self.controller else []) + [a for a in self.addresses if a != self.controller]
         for address in ordered:
             try:
-                async with grpc.aio.insecure_channel(address) as channel:
+                async with rpc.aio_channel(address) as channel:
                     await controller_pb2_grpc.ControllerStub(channel).Deregister(request, timeout=self.rpc_timeout_s)
                 return
             except grpc.aio.AioRpcError as exc:

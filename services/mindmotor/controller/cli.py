@@ -41,6 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                          "process list; use $MINDMOTOR_ADMIN_TOKEN or the file)")
     net.add_argument("--allow-open-admin", action="store_true",
                      help="serve the admin API beyond loopback without a token (default: refuse to start)")
+    from mindmotor.common.rpc_args import add_arguments as add_rpc_arguments
+
+    add_rpc_arguments(parser)
     net.add_argument("--controller-id", default=None, help="name in logs, metrics and the lease (default: HOST-PID-RANDOM)")
     net.add_argument("--log-level", default="INFO", help="(default: %(default)s)")
 
@@ -125,6 +128,9 @@ def run_controller(args: argparse.Namespace) -> int:
     log = logging.getLogger("mindmotor.controller")
     try:
         config = config_from_args(args)
+        from mindmotor.common.rpc import configure_from_args
+
+        configure_from_args(args)
         from .server import serve
 
         return asyncio.run(serve(config))

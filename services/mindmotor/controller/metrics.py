@@ -21,6 +21,10 @@ class ControllerMetrics:
                                   "Heartbeats received by this controller", registry=r)
         self.registrations = Counter("mindmotor_controller_registrations",
                                      "Register calls accepted by this controller", registry=r)
+        self.registrations_refused = Counter(
+            "mindmotor_controller_registrations_refused",
+            "Register/Heartbeat/Deregister calls refused: the instance id is bound to another identity or address",
+            registry=r)
         self.failures_reported = Counter("mindmotor_controller_failures_reported",
                                          "ReportFailure calls received by this controller", registry=r)
         self.transitions = Counter("mindmotor_controller_state_transitions",

@@ -8,10 +8,6 @@ import asyncio
 import random
 from typing import Sequence
 
-# Client channel options: notice a controller that vanished without closing its connections.
-CHANNEL_OPTIONS = [("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),
-                   ("grpc.keepalive_permit_without_calls", 1)]
-
 
 def parse_addresses(controllers: str | Sequence[str]) -> list[str]:
     """"h1:p1,h2:p2" or a list of addresses."""

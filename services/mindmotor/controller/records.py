@@ -52,6 +52,7 @@ class InstanceRecord:
     cached_block_hashes: list[str] = field(default_factory=list)   # hex, newest first
     # commands waiting for the worker's next heartbeat: [{"drain": {...}} | {"set_role": {...}}]
     commands: list[dict] = field(default_factory=list)
+    owner: str = ""                    # who registered it (common.rpc Caller.identity): only it may act on it
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "InstanceRecord":

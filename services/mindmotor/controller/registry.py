@@ -39,6 +39,10 @@ class RegistryConflict(RuntimeError):
     """A record kept changing under an update (should not happen outside a storm of writers)."""
 
 
+class RegistrationRefused(PermissionError):
+    """A live instance id registered again by another identity or from another address."""
+
+
 @dataclass
 class HeartbeatOutcome:
     known: bool                      # False: unknown or dead — the worker must re-register
@@ -90,13 +94,20 @@ class Registry:
                 return before, (None if result is DELETE else after)
         raise RegistryConflict(f"instance {instance_id} kept changing")
 
-    async def register(self, request: controller_pb2.RegisterRequest) -> InstanceRecord:
-        """Add the instance, or refresh it: a live record at the same address keeps its health."""
+    async def register(self, request: controller_pb2.RegisterRequest, owner: str = "") -> InstanceRecord:
+        """Add the instance, or refresh it: a live record at the same address keeps its health.
+        The record is bound to `owner` (who registered it); a live record of another owner or
+        at another address is not replaced (RegistrationRefused) until it is dead."""
         for _ in range(MAX_ATTEMPTS):
             now = self.clock()
             raw = await self.store.hget(INSTANCES, request.instance_id)
             fresh = record_from_register(request, now)
+            fresh.owner = owner
             old = None if raw is None else InstanceRecord.from_dict(raw)
+            if old is not None and old.state != states.DEAD and (old.owner != owner or old.address != fresh.address):
+                raise RegistrationRefused(
+                    f"instance {request.instance_id} is live and registered by another identity or address; "
+                    "a new registration of it is taken once it is deregistered or dead")
             if old is not None and old.state != states.DEAD and old.address == fresh.address:
                 keep = old.to_dict()
                 for name in ("metrics_address", "model", "role", "device", "max_model_len", "block_size",

@@ -18,6 +18,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
+from mindmotor.common import rpc
 from mindmotor.common.store import RedisStore, Store, open_store
 from mindmotor.protocol import controller_pb2, controller_pb2_grpc
 
@@ -79,15 +80,11 @@ class ControllerServer:
         self.elector.start()
         await self.broadcaster.start()
         self.sweeper.start()
-        self.grpc_server = grpc.aio.server(options=[
-            ("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),
-            ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
-            ("grpc.keepalive_permit_without_calls", 1)])
+        self.grpc_server, self.port = rpc.make_server(self.config.host, self.config.port, rpc.CONTROLLER_POLICY,
+                                                      admin_token=self.config.admin_token,
+                                                      registry=self.metrics.registry)
         controller_pb2_grpc.add_ControllerServicer_to_server(self.service, self.grpc_server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc_server)
-        self.port = self.grpc_server.add_insecure_port(f"{self.config.host}:{self.config.port}")
-        if self.port == 0:
-            raise OSError(f"cannot listen on {self.config.host}:{self.config.port}")
         await self.grpc_server.start()
         app = create_admin_app(self.config, self.registry, self.elector, self.metrics)
         self.admin = _AdminServer(app, self.config.admin_host, self.config.admin_port)

@@ -8,7 +8,7 @@ import logging
 
 import grpc
 
-from mindmotor.common.admin_token import bearer_matches
+from mindmotor.common import rpc
 from mindmotor.common.store import StoreUnavailable
 from mindmotor.protocol import controller_pb2, controller_pb2_grpc
 
@@ -17,7 +17,7 @@ from .config import ControllerConfig
 from mindmotor.common.leader import LeaderElector
 from .metrics import ControllerMetrics
 from .records import validate_register
-from .registry import Registry
+from .registry import Registry, RegistrationRefused
 from .routing import RoutingTableBroadcaster, for_model
 from .traffic import TrafficTable, validate_traffic
 
@@ -47,6 +47,22 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         self.config = config
         self.accepting = True          # False once the controller shuts down
 
+    async def _check_owner(self, instance_id: str, context, action: str) -> None:
+        """PERMISSION_DENIED unless the caller is who registered the instance; an unknown
+        instance passes (the handler says it is unknown)."""
+        caller = rpc.current_caller()
+        if caller is None:
+            return
+        try:
+            record = await self.registry.get(instance_id)
+        except StoreUnavailable as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        if record is not None and record.owner and record.owner != caller.identity:
+            self.metrics.registrations_refused.inc()
+            log.warning(f"{action} refused", extra={"instance_id": instance_id, "caller": str(caller)})
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                                f"instance {instance_id} was registered by another identity; {caller} may not {action} it")
+
     async def Register(self, request, context):
         problem = validate_register(request)
         if problem:
@@ -57,10 +73,17 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         if not self.accepting:
             response.accepted, response.message = False, "controller is shutting down"
             return response
+        caller = rpc.current_caller()
         try:
-            record = await self.registry.register(request)
+            record = await self.registry.register(request, owner=caller.identity if caller else "")
         except StoreUnavailable as exc:
             await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        except RegistrationRefused as exc:
+            self.metrics.registrations_refused.inc()
+            log.warning("registration refused", extra={
+                "instance_id": request.instance_id, "address": request.address,
+                "caller": str(caller) if caller else "", "reason": "live instance of another identity or address"})
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
         self.metrics.registrations.inc()
         log.info("instance registered", extra={
             "instance_id": record.instance_id, "address": record.address, "model": record.model,
@@ -71,10 +94,14 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
 
     async def Heartbeat(self, request_iterator, context):
         self.metrics.heartbeat_streams.inc()
+        owned: set[str] = set()              # instance ids this stream's caller was checked to own
         try:
             async for beat in request_iterator:
                 if not beat.instance_id:
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "instance_id is required")
+                if beat.instance_id not in owned:
+                    await self._check_owner(beat.instance_id, context, "heartbeat")
+                    owned.add(beat.instance_id)
                 if beat.state and beat.state not in states.WORKER_STATES:
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                         f"state must be one of {', '.join(states.WORKER_STATES)}")
@@ -119,6 +146,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         return controller_pb2.ReportFailureResponse(found=True, state=record.state)
 
     async def Deregister(self, request, context):
+        await self._check_owner(request.instance_id, context, "deregister")
         try:
             found = await self.registry.remove(request.instance_id)
         except StoreUnavailable as exc:
@@ -128,9 +156,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         return controller_pb2.DeregisterResponse(found=found)
 
     async def SetTraffic(self, request, context):
-        if self.config.admin_token and not bearer_matches(context.invocation_metadata(), self.config.admin_token):
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED,
-                                "SetTraffic needs the admin token (metadata authorization: Bearer <token>)")
+        # who may call it (deployer, admin: the admin token) is checked by common.rpc's interceptor
         problem = validate_traffic(request)
         if problem:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)

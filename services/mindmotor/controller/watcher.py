@@ -25,7 +25,9 @@ import grpc
 
 from mindmotor.protocol import controller_pb2, controller_pb2_grpc
 
-from .reconnect import CHANNEL_OPTIONS, Reconnector, parse_addresses
+from mindmotor.common import rpc
+
+from .reconnect import Reconnector, parse_addresses
 
 log = logging.getLogger("mindmotor.controller.watcher")
 
@@ -90,7 +92,7 @@ class RoutingTableWatcher:
         last_error: Exception | None = None
         for address in ordered:
             try:
-                async with grpc.aio.insecure_channel(address) as channel:
+                async with rpc.aio_channel(address) as channel:
                     stub = controller_pb2_grpc.ControllerStub(channel)
                     return (await stub.ReportFailure(request, timeout=self.rpc_timeout_s)).found
             except grpc.aio.AioRpcError as exc:
@@ -112,7 +114,7 @@ class RoutingTableWatcher:
             await self.reconnector.failed()
 
     async def _stream(self, address: str) -> None:
-        async with grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS) as channel:
+        async with rpc.aio_channel(address) as channel:
             call = controller_pb2_grpc.ControllerStub(channel).Watch(controller_pb2.WatchRequest(model=self.model))
             async for table in call:
                 if self.controller is None:

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import grpc
 
+from mindmotor.common import rpc
 from mindmotor.protocol import worker_pb2_grpc
 
-CHANNEL_OPTIONS = [
-    ("grpc.keepalive_time_ms", 10_000),
-    ("grpc.keepalive_timeout_ms", 5_000),
-    ("grpc.keepalive_permit_without_calls", 1),
+CHANNEL_OPTIONS = [       # on top of common.rpc's keepalive policy
     ("grpc.max_receive_message_length", 64 << 20),
     ("grpc.initial_reconnect_backoff_ms", 200),
     ("grpc.max_reconnect_backoff_ms", 2_000),
@@ -24,7 +22,7 @@ class WorkerChannels:
     def stub(self, address: str) -> worker_pb2_grpc.WorkerStub:
         stub = self._stubs.get(address)
         if stub is None:
-            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            channel = rpc.aio_channel(address, options=CHANNEL_OPTIONS)
             self._channels[address] = channel
             stub = self._stubs[address] = worker_pb2_grpc.WorkerStub(channel)
         return stub

@@ -67,6 +67,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--allowed-origin", action="append", default=None, metavar="ORIGIN",
         help="CORS: an origin browsers may call from (repeatable; '*' for any; default: CORS off)")
     add("--log-level", default=None, help="(default: INFO)")
+    from mindmotor.common.rpc_args import add_arguments as add_rpc_arguments
+
+    add_rpc_arguments(parser)           # the coordinator's channels to controllers and workers
 
 
 def settings_from_args(args: argparse.Namespace):
@@ -106,6 +109,9 @@ def run_coordinator(args: argparse.Namespace) -> int:
     log = logging.getLogger("mindmotor.coordinator")
     try:
         settings = settings_from_args(args)
+        from mindmotor.common.rpc import configure_from_args
+
+        configure_from_args(args)
     except (ValueError, ValidationError, FileNotFoundError) as exc:
         log.error("bad coordinator settings", extra={"error": str(exc)})
         return 2

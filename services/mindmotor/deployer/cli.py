@@ -57,6 +57,9 @@ def _register_deployer(subparsers) -> None:
                      help="serve beyond loopback without a token (default: refuse to start)")
     net.add_argument("--log-level", default="INFO", help="(default: %(default)s)")
 
+    from mindmotor.common.rpc_args import add_arguments as add_rpc_arguments
+
+    add_rpc_arguments(parser)
     ctl = parser.add_argument_group("cluster")
     ctl.add_argument("--controller", required=True, metavar="HOST:PORT[,HOST:PORT]",
                      help="the controller(s) replicas register with and traffic weights go to")
@@ -176,6 +179,9 @@ def run_deployer(args: argparse.Namespace) -> int:
     log = logging.getLogger("mindmotor.deployer")
     try:
         config = config_from_args(args)
+        from mindmotor.common.rpc import configure_from_args
+
+        configure_from_args(args)
         from .server import serve
 
         return asyncio.run(serve(config))
@@ -193,6 +199,9 @@ def _register_deploy(subparsers) -> None:
                         help="file holding the Deployer's admin token (default: $MINDMOTOR_ADMIN_TOKEN)")
     common.add_argument("--admin-token", default=None, help="the token itself (discouraged)")
     common.add_argument("--json", action="store_true", help="print the deployment(s) as JSON")
+    from mindmotor.common.rpc_args import add_arguments as add_rpc_arguments
+
+    add_rpc_arguments(common)
 
     parser = subparsers.add_parser("deploy", help="apply, inspect, shift traffic of and roll out deployments",
                                    description="Talk to the Deployer.")
@@ -247,10 +256,12 @@ def _register_deploy(subparsers) -> None:
 
 
 def _client(args):
+    from mindmotor.common.rpc import configure_from_args
     from mindmotor.common.secrets import ADMIN_TOKEN_ENV, secret
 
     from .client import DeployerClient
 
+    configure_from_args(args)
     return DeployerClient(args.deployer, secret("admin token", args.admin_token, args.admin_token_file,
                                                 ADMIN_TOKEN_ENV))
 

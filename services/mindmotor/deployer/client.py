@@ -14,6 +14,7 @@ import time
 
 import grpc
 
+from mindmotor.common import rpc
 from mindmotor.common.admin_token import bearer_metadata
 from mindmotor.protocol import deployer_pb2 as pb
 from mindmotor.protocol import deployer_pb2_grpc
@@ -30,7 +31,7 @@ class DeployerClient:
         self.address = address
         self.timeout_s = timeout_s
         self.metadata = bearer_metadata(admin_token)
-        self.channel = grpc.insecure_channel(address)
+        self.channel = rpc.channel(address)
         self.stub = deployer_pb2_grpc.DeployerStub(self.channel)
 
     def __enter__(self) -> "DeployerClient":

@@ -15,6 +15,7 @@ from typing import Callable
 
 import grpc
 
+from mindmotor.common import rpc
 from mindmotor.common.admin_token import bearer_metadata
 from mindmotor.controller.client import RoutingTableWatcher
 from mindmotor.controller.reconnect import parse_addresses
@@ -77,7 +78,7 @@ class ControllerLink:
         errors = []
         for address in ([live] if live else []) + [a for a in self.addresses if a != live]:
             try:
-                async with grpc.aio.insecure_channel(address) as channel:
+                async with rpc.aio_channel(address) as channel:
                     response = await controller_pb2_grpc.ControllerStub(channel).SetTraffic(
                         request, timeout=self.rpc_timeout_s, metadata=bearer_metadata(self.admin_token))
                 return response.version

@@ -26,7 +26,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
-from mindmotor.common.admin_token import AdminTokenInterceptor
+from mindmotor.common import rpc
 from mindmotor.common.leader import LeaderElector
 from mindmotor.common.lifecycle import run_until_signal
 from mindmotor.common.store import RedisStore, Store, StoreUnavailable, open_store
@@ -94,14 +94,12 @@ class DeployerServer:
                      extra={"owner": await self.store.lease_holder(OWNER_LEASE)})
         self.elector.start()
         await self.reconciler.start()
-        interceptors = [AdminTokenInterceptor(self.config.admin_token)] if self.config.admin_token else []
-        self.grpc_server = grpc.aio.server(interceptors=interceptors)
+        self.grpc_server, self.port = rpc.make_server(self.config.host, self.config.port, rpc.DEPLOYER_POLICY,
+                                                      admin_token=self.config.admin_token,
+                                                      registry=self.metrics.registry)
         deployer_pb2_grpc.add_DeployerServicer_to_server(
             DeployerService(self.deployments, self.reconciler, owner=lambda: self.elector.is_leader), self.grpc_server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc_server)
-        self.port = self.grpc_server.add_insecure_port(f"{self.config.host}:{self.config.port}")
-        if self.port == 0:
-            raise OSError(f"cannot listen on {self.config.host}:{self.config.port}")
         await self.grpc_server.start()
         self.metrics_http, self.metrics_port = self.metrics.serve(self.config.host, self.config.metrics_port)
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)

@@ -33,6 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source.add_argument("--worker", metavar="HOST:PORT", action="append",
                         help="ask a worker's gRPC Status (repeatable)")
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds per HTTP request")
+    from mindmotor.common.rpc_args import add_arguments as add_rpc_arguments
+
+    add_rpc_arguments(parser)           # for --worker
     parser.set_defaults(func=run_npu_smi)
 
 
@@ -47,7 +50,10 @@ def run_npu_smi(args: argparse.Namespace) -> int:
             for url in args.metrics_url:
                 snapshots += snapshots_from_metrics(fetch_text(url, args.timeout))
         elif args.worker:
+            from mindmotor.common.rpc import configure_from_args
             from mindmotor.worker.client import fetch_status
+
+            configure_from_args(args)
 
             snapshots = [dict(fetch_status(address, args.timeout), npu_id=i)
                          for i, address in enumerate(args.worker)]

@@ -121,7 +121,7 @@ def _register_trainer(subparsers) -> None:
     p = subparsers.add_parser("trainer", help="serve the Trainer gRPC service (training jobs)")
     p.add_argument("--port", type=int, default=50070)
     p.add_argument("--host", default="127.0.0.1",
-                   help="address to listen on (default: %(default)s); beyond loopback it needs an admin token")
+                   help="address to listen on (default: %(default)s); beyond loopback it needs an admin token, TLS or a cluster token")
     p.add_argument("--admin-token-file", default=None, metavar="FILE",
                    help="file holding the bearer token every Trainer call must carry (default: "
                         "$MINDMOTOR_ADMIN_TOKEN; none: open, allowed on loopback only)")
@@ -130,6 +130,9 @@ def _register_trainer(subparsers) -> None:
                    help="serve beyond loopback without a token (default: refuse to start)")
     p.add_argument("--store", type=Path, default=Path("checkpoints"), help="checkpoint store directory")
     p.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port")
+    from mindmotor.common.rpc_args import add_arguments as add_rpc_arguments
+
+    add_rpc_arguments(p)
     p.set_defaults(func=cmd_trainer)
 
 
@@ -138,6 +141,7 @@ def cmd_trainer(args) -> int:
 
     from mindmotor.common.exposure import require_admin_token
     from mindmotor.common.logging import setup_logging
+    from mindmotor.common.rpc import RpcSettingsError, configure_from_args
     from mindmotor.common.secrets import ADMIN_TOKEN_ENV, secret
 
     from .service import serve
@@ -146,14 +150,20 @@ def cmd_trainer(args) -> int:
     try:
         token = secret("admin token", args.admin_token, args.admin_token_file, ADMIN_TOKEN_ENV)
         require_admin_token("the Trainer", args.host, token, args.allow_open_admin)
-    except ValueError as exc:
+        configure_from_args(args)
+    except ValueError as exc:                  # RpcSettingsError too
         print(f"mindmotor trainer: error: {exc}", file=sys.stderr)
         return EXIT_BAD_CONFIG
     if not token:
         import logging
 
         logging.getLogger("mindmotor.trainer").warning("the Trainer API is open: no admin token configured")
-    asyncio.run(serve(args.port, args.store, host=args.host, metrics_port=args.metrics_port, admin_token=token))
+    try:
+        asyncio.run(serve(args.port, args.store, host=args.host, metrics_port=args.metrics_port, admin_token=token,
+                          allow_open=args.allow_open_admin))
+    except (RpcSettingsError, OSError) as exc:
+        print(f"mindmotor trainer: error: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -16,7 +16,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import start_http_server
 
-from mindmotor.common.admin_token import AdminTokenInterceptor
+from mindmotor.common import rpc
 from mindmotor.common.lifecycle import stop_requested
 from mindmotor.model.config import CheckpointError
 from mindmotor.protocol import trainer_pb2, trainer_pb2_grpc
@@ -123,17 +123,15 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServicer):
 
 
 async def serve(port: int, store_root: str | Path, host: str = "127.0.0.1",
-                metrics_port: int | None = None, admin_token: str | None = None) -> None:
+                metrics_port: int | None = None, admin_token: str | None = None, allow_open: bool = False) -> None:
     """Run until SIGINT/SIGTERM; then stop accepting, cancel running jobs, exit."""
     store = CheckpointStore(store_root)
     store.root.mkdir(parents=True, exist_ok=True)
     jobs = JobManager(store.root)
-    server = grpc.aio.server(interceptors=[AdminTokenInterceptor(admin_token)] if admin_token else None)
+    server, port = rpc.make_server(host, port, rpc.TRAINER_POLICY, admin_token=admin_token, allow_open=allow_open)
     trainer_pb2_grpc.add_TrainerServicer_to_server(TrainerServicer(jobs, store), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    if server.add_insecure_port(f"{host}:{port}") == 0:
-        raise OSError(f"cannot listen on {host}:{port}")
     if metrics_port:
         start_http_server(metrics_port, addr=host)
     await server.start()

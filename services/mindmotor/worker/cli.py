@@ -58,6 +58,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                     help="prefill side: pinned KV is freed after this many seconds if no decode "
                          "instance released it (default: %(default)s)")
 
+    from mindmotor.common.rpc_args import add_arguments as add_rpc_arguments
+
+    add_rpc_arguments(parser)
+
     eng = parser.add_argument_group("engine")
     eng.add_argument("--model", default=None, help="checkpoint directory (default: the bundled demo model)")
     eng.add_argument("--device", default="910B3", help="emulated device (default: %(default)s)")
@@ -126,6 +130,9 @@ def run_worker(args: argparse.Namespace) -> int:
     log = logging.getLogger("mindmotor.worker")
     try:
         config = config_from_args(args)
+        from mindmotor.common.rpc import configure_from_args
+
+        configure_from_args(args)
         from .server import serve
 
         return asyncio.run(serve(config))

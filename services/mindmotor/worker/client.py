@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import grpc
 
+from mindmotor.common import rpc
 from mindmotor.protocol import worker_pb2 as pb
 from mindmotor.protocol import worker_pb2_grpc
 
 
 def get_status(address: str, timeout: float = 5.0) -> pb.StatusResponse:
     """The worker's Status at `address` ("host:port"); grpc.RpcError on failure."""
-    with grpc.insecure_channel(address) as channel:
+    with rpc.channel(address) as channel:
         return worker_pb2_grpc.WorkerStub(channel).Status(pb.StatusRequest(), timeout=timeout)
 
 

@@ -21,6 +21,7 @@ import time
 
 import grpc
 
+from mindmotor.common import rpc
 from mindmotor.engine.async_engine import AsyncLLMEngine
 from mindmotor.engine.kv_transfer import KVBlocks
 from mindmotor.protocol import worker_pb2 as pb
@@ -49,7 +50,7 @@ class PeerChannels:
     def stub(self, address: str) -> worker_pb2_grpc.WorkerStub:
         stub = self._stubs.get(address)
         if stub is None:
-            channel = grpc.aio.insecure_channel(address, options=PEER_CHANNEL_OPTIONS)
+            channel = rpc.aio_channel(address, options=PEER_CHANNEL_OPTIONS)
             self._channels.append(channel)
             stub = self._stubs[address] = worker_pb2_grpc.WorkerStub(channel)
         return stub

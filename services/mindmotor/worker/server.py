@@ -18,6 +18,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
+from mindmotor.common import rpc
 from mindmotor.engine.async_engine import AsyncLLMEngine
 from mindmotor.protocol import worker_pb2, worker_pb2_grpc
 
@@ -43,10 +44,10 @@ async def serve(config: WorkerConfig) -> int:
                             role_drain_timeout_s=config.role_drain_timeout_s)
     metrics.collector.role = lambda: service.role
     health = HealthServicer()
-    server = grpc.aio.server(options=server_options(config.max_concurrent_requests))
+    server, port = rpc.make_server(config.host, config.port, rpc.WORKER_POLICY, registry=metrics.registry,
+                                   options=server_options(config.max_concurrent_requests))
     worker_pb2_grpc.add_WorkerServicer_to_server(service, server)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
-    port = server.add_insecure_port(f"{config.host}:{config.port}")
     await server.start()
     metrics_http, metrics_port = metrics.serve(config.host, config.metrics_port)
     signals = ShutdownSignals(asyncio.get_running_loop())

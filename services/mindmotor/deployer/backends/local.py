@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
+from mindmotor.common.rpc import replica_env
 from mindmotor.launcher.subreaper import become_subreaper
 
 from .base import CRASHED, RUNNING, STARTING, STOPPING, Backend, Replica, VersionTarget
@@ -203,8 +204,9 @@ class LocalBackend(Backend):
                                            "role": target.version.role_of(slot), "anchor": self.anchor})
 
     def _worker_env(self) -> dict[str, str]:
-        """What a replica's environment holds: the allow-list (worker_env.py), nothing else."""
-        return worker_environment()
+        """What a replica's environment holds: the allow-list (worker_env.py), nothing else; the
+        worker certificate in place of the deployer's own (common.rpc.replica_env)."""
+        return worker_environment(replica_env())
 
     def _drain(self, key: Key, local: _Local) -> None:
         if local.replica.phase == CRASHED:
