@@ -94,7 +94,8 @@ class RpcSecurity:
 
     @property
     def tls(self) -> bool:
-        return self.cert is not None
+        """TLS (a client without a certificate of its own still verifies the server's)."""
+        return self.ca is not None or self.cert is not None
 
     @property
     def mode(self) -> str:
