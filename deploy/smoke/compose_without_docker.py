@@ -12,8 +12,8 @@
    ports as in compose) and resolves service names through an /etc/hosts bind-mounted into each
    service's private mount namespace — containers by hand.
 3. Starts redis, controller, worker-1, worker-2, coordinator with the exact `command` and
-   `environment` of docker-compose.yml (the only change: the image's /models is the venv's
-   models/), MindMotor services as uid 10001 like the image's USER, each waited on with its own
+   `environment` of docker-compose.yml (the only changes: the image's /models is the venv's
+   models/, the cluster-secret volume a directory with a fresh token), MindMotor services as uid 10001 like the image's USER, each waited on with its own
    compose healthcheck; then Prometheus with deploy/prometheus/prometheus.yml and alerts.yml.
 4. From a client namespace, by service name: one /v1/completions request and a few chat
    requests, /health, the controller's /v1/instances; then Prometheus' targets (all must be up),
@@ -179,10 +179,17 @@ class Smoke:
         self.start("redis", ["redis-server", "--bind", "0.0.0.0", "--port", "6379", "--save", "", "--appendonly", "no",
                              "--protected-mode", "no"], user=False)
         self.wait_healthy("redis")
+        secrets_dir = self.run / "cluster-secret"          # what the cluster-secret service writes
+        secrets_dir.mkdir(parents=True, exist_ok=True)
+        token = secrets_dir / "cluster-token"
+        token.write_text(__import__("secrets").token_urlsafe(32))
+        os.chown(token, 10001, 10001)
+        os.chmod(token, 0o400)
         for name in ("controller", "worker-1", "worker-2", "coordinator"):
             svc = self.compose["services"][name]
             argv = ["mindmotor", *[str(a).replace("/models/", f"{self.image}/models/") for a in svc["command"]]]
-            env = {k: interpolate(str(v)) for k, v in (svc.get("environment") or {}).items()}
+            env = {k: interpolate(str(v)).replace("/run/mindmotor/", f"{secrets_dir}/")
+                   for k, v in (svc.get("environment") or {}).items()}
             print(f"{name}: {' '.join(argv)}", flush=True)
             self.start(name, argv, env=env)
             self.wait_healthy(name)

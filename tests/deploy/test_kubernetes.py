@@ -141,7 +141,7 @@ def test_in_cluster_addresses_name_services_that_serve_them():
 
 
 def test_secrets_and_configmaps_referenced_exist_or_are_documented():
-    """The admin token Secret is created by the operator (docs/operations.md says how); every
+    """The admin and cluster token Secrets are created by the operator (docs/operations.md says how); every
     ConfigMap a pod mounts is in the manifests."""
     configmaps = {d["metadata"]["name"] for _, d in DOCS if d["kind"] == "ConfigMap"}
     secrets = set()
@@ -154,6 +154,7 @@ def test_secrets_and_configmaps_referenced_exist_or_are_documented():
                 ref = (e.get("valueFrom") or {}).get("secretKeyRef")
                 if ref:
                     secrets.add(ref["name"])
-    assert secrets == {"mindmotor-admin"}
+    assert secrets == {"mindmotor-admin", "mindmotor-cluster"}
     operations = (A.ROOT / "docs" / "operations.md").read_text()
     assert "create secret generic mindmotor-admin" in operations
+    assert "create secret generic mindmotor-cluster" in operations

@@ -54,7 +54,7 @@ def test_manifests_of_a_version_with_roles():
                                       "limits": {"cpu": "2", "memory": "8Gi"}}
     assert pod["volumes"][0]["persistentVolumeClaim"] == {"claimName": "ckpts", "readOnly": True}
     assert container["readinessProbe"]["grpc"] == {"port": 50051}
-    assert {e["name"] for e in container["env"]} == {"POD_NAME", "POD_IP", "NODE_NAME"}
+    assert {e["name"] for e in container["env"]} == {"POD_NAME", "POD_IP", "NODE_NAME", "MINDMOTOR_CLUSTER_TOKEN"}
 
     args = build_parser().parse_args(container["args"])                   # the real `mindmotor` parser
     config = config_from_args(args)

@@ -54,6 +54,9 @@ def render_version(target: VersionTarget, replicas: int, namespace: str, image: 
     return [*objects, _service(deployment, version, namespace)]
 
 
+CLUSTER_SECRET = "mindmotor-cluster"
+
+
 def _deployment(target: VersionTarget, role: str, replicas: int, namespace: str, image: str, controller: str,
                 checkpoint_claim: str | None, checkpoint_mount: str) -> dict[str, Any]:
     deployment, version = target.key
@@ -65,7 +68,10 @@ def _deployment(target: VersionTarget, role: str, replicas: int, namespace: str,
         "command": ["mindmotor"],
         "args": _args(target, role, controller),
         "env": [_field_env("POD_NAME", "metadata.name"), _field_env("POD_IP", "status.podIP"),
-                _field_env("NODE_NAME", "spec.nodeName")],
+                _field_env("NODE_NAME", "spec.nodeName"),
+                # the cluster token of deploy/kubernetes (docs/security.md): the pod binds beyond loopback
+                {"name": "MINDMOTOR_CLUSTER_TOKEN",
+                 "valueFrom": {"secretKeyRef": {"name": CLUSTER_SECRET, "key": "token"}}}],
         "ports": [{"name": "grpc", "containerPort": GRPC_PORT}, {"name": "metrics", "containerPort": METRICS_PORT}],
         "startupProbe": {"grpc": {"port": GRPC_PORT}, "periodSeconds": 5, "failureThreshold": 120},
         "readinessProbe": {"grpc": {"port": GRPC_PORT}, "periodSeconds": 5, "failureThreshold": 1},
