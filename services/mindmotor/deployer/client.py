@@ -27,11 +27,12 @@ POLL_S = 0.2
 
 
 class DeployerClient:
-    def __init__(self, address: str, admin_token: str | None = None, timeout_s: float = 60.0):
+    def __init__(self, address: str, admin_token: str | None = None, timeout_s: float = 60.0,
+                 sec: rpc.RpcSecurity | None = None):
         self.address = address
         self.timeout_s = timeout_s
         self.metadata = bearer_metadata(admin_token)
-        self.channel = rpc.channel(address)
+        self.channel = rpc.channel(address, sec=sec)      # sec: the cluster credentials (default: the process's)
         self.stub = deployer_pb2_grpc.DeployerStub(self.channel)
 
     def __enter__(self) -> "DeployerClient":

@@ -12,7 +12,10 @@ restarted the same way. Stop
 (Ctrl-C or SIGTERM): coordinator (finishes its streams) → deployer (its workers drain) → controller.
 
 Secrets (API keys, the admin token, the Redis URL) reach the services through their environment,
-built in one place (`child_env`), never through their command lines.
+built in one place (`child_env`), never through their command lines. Every gRPC call between them
+is mutual TLS: a cluster CA and a certificate per service under <log dir>/pki
+(`cluster_pki.child_environments`), each service's files in its environment; `up` itself calls the
+deployer with the `admin` certificate, and prints the flags that make `mindmotor deploy` one.
 
 A deployer that dies costs no worker: `up` is the child subreaper of everything it starts
 (`subreaper.py`) and the deployer's replicas are started as `up`'s (MINDMOTOR_REPLICA_ANCHOR:
@@ -39,6 +42,7 @@ import httpx
 from mindmotor.deployer.backoff import RestartBackoff
 from mindmotor.deployer.spec import DeploymentSpec
 
+from .cluster_pki import child_environments
 from .config import PlatformConfig
 from .deployments import deployment_specs
 from .process import ChildProcessError
@@ -91,6 +95,7 @@ class Platform:
         self._metrics_http = None
         self.url = ""
         self._deployments_pending = False
+        self.tls_env: dict[str, dict[str, str]] = {}     # service → its TLS files (docs/security.md)
         self._next_ensure = time.monotonic() + ENSURE_EVERY_S
 
     # ---- the services' command lines (ports fixed after the first start) ----------------------
@@ -130,7 +135,7 @@ class Platform:
         return args + cfg.coordinator_args
 
     def _service(self, name: str, args, ready_prefix: str, stop_timeout_s: float = 30.0, on_ready=None) -> Service:
-        env = {**child_env(name, self.config), **replica_anchor_env(name)}
+        env = {**child_env(name, self.config), **replica_anchor_env(name), **self.tls_env.get(name, {})}
         return Service(name, args, ready_prefix, env=env, stop_timeout_s=stop_timeout_s,
                        liveness=LivenessProbe(self.config.liveness, self._liveness_url(name)),
                        **({"on_ready": on_ready} if on_ready else {}))
@@ -147,6 +152,7 @@ class Platform:
     def start(self) -> None:
         cfg, timeout = self.config, self.config.ready_timeout_s
         become_subreaper()          # before any child: the deployer's replicas are then up's (see above)
+        self.tls_env = child_environments(self.log_dir)
         self._metrics_http, self.metrics_port = self.metrics.serve(cfg.host, self.ports.metrics)
         controller = self.supervisor.start(self._service(CONTROLLER, self._controller_args,
                                                          "MINDMOTOR_CONTROLLER_READY"), timeout)
@@ -167,7 +173,21 @@ class Platform:
     def _deployer_client(self, timeout_s: float = DEPLOYER_CALL_S):
         from mindmotor.deployer.client import DeployerClient
 
-        return DeployerClient(self.deployer_address, self.config.admin_token, timeout_s=timeout_s)
+        return DeployerClient(self.deployer_address, self.config.admin_token, timeout_s=timeout_s,
+                              sec=self.admin_security())
+
+    def admin_security(self):
+        from mindmotor.common.rpc import RpcSecurity
+
+        env = self.tls_env["admin"]
+        return RpcSecurity.load(env["MINDMOTOR_TLS_CA"], env["MINDMOTOR_TLS_CERT"], env["MINDMOTOR_TLS_KEY"])
+
+    def admin_flags(self) -> str:
+        """The flags that make `mindmotor deploy` / `npu-smi --worker` an admin of this platform."""
+        env = self.tls_env.get("admin", {})
+        return " ".join(f"--{flag} {env[name]}" for flag, name in (
+            ("tls-ca", "MINDMOTOR_TLS_CA"), ("tls-cert", "MINDMOTOR_TLS_CERT"), ("tls-key", "MINDMOTOR_TLS_KEY"))
+            if name in env)
 
     def _missing_deployments(self) -> list[DeploymentSpec]:
         """The config's deployments the deployer does not have (short calls: the supervisor's
@@ -351,7 +371,8 @@ MindMotor is up: {platform.url}/v1   ({workers} workers; logs in {platform.log_d
   controller gRPC     {platform.controller_address}
   controller admin    http://{cfg.host}:{ports.controller_admin}   (/health, /metrics, /v1/instances)
   deployer gRPC       {platform.deployer_address}
-                      mindmotor deploy get {spec.name} --deployer {platform.deployer_address}{token}
+                      mindmotor deploy get {spec.name} --deployer {platform.deployer_address}{token} \
+                        {platform.admin_flags()}
   deployer /metrics   http://{cfg.host}:{ports.deployer_metrics}/metrics
   up /metrics         http://{cfg.host}:{platform.metrics_port}/metrics
   workers             free ports per replica (mindmotor deploy get {spec.name}; the controller's /v1/instances)
