@@ -11,7 +11,6 @@ import asyncio
 import time
 
 import grpc
-import pytest
 
 from mindmotor.common import rpc
 

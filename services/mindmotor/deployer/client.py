@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import time
 
-import grpc
-
 from mindmotor.common import rpc
 from mindmotor.common.admin_token import bearer_metadata
 from mindmotor.protocol import deployer_pb2 as pb

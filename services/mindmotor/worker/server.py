@@ -14,7 +14,6 @@ import logging
 import signal
 import sys
 
-import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
