@@ -73,3 +73,23 @@ def test_the_certs_command(tmp_path):
     assert bad_host.returncode == 1 and "not a host name or IP address" in bad_host.stderr
     bad_name = run("issue", "--dir", pki, "--name", "../escape", "--role", "worker")
     assert bad_name.returncode == 1 and "certificate name" in bad_name.stderr
+
+
+def test_a_service_given_a_certificate_its_cluster_would_refuse_does_not_start(tmp_path):
+    from mindmotor.common import rpc
+
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    certs.init_ca(ours), certs.init_ca(theirs)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    expired = certs.issue(ours, "old", "worker", not_before=now - datetime.timedelta(days=3),
+                          not_after=now - datetime.timedelta(days=1))
+    foreign = certs.issue(theirs, "w", "worker")
+    for paths, problem in ((expired, "validity window"), (foreign, "not issued by the cluster CA")):
+        try:
+            rpc.RpcSecurity.load(str(ours / "ca.pem"), str(paths.cert), str(paths.key))
+            raise AssertionError("accepted")
+        except rpc.RpcSettingsError as exc:
+            assert problem in str(exc)
+    bundle = tmp_path / "both.pem"                      # a CA rotation: either CA's certificates are good
+    bundle.write_bytes((ours / "ca.pem").read_bytes() + (theirs / "ca.pem").read_bytes())
+    assert rpc.RpcSecurity.load(str(bundle), str(foreign.cert), str(foreign.key)).mode == "mtls"

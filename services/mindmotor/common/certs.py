@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -188,21 +189,28 @@ def identity_of(cert_pem: bytes) -> Identity | None:
 
 
 def verify_peer(cert_pem: bytes, ca_pem: bytes, now: datetime.datetime | None = None) -> str | None:
-    """None if the CA issued `cert_pem` and it is valid now; else what is wrong with it."""
+    """None if a CA of `ca_pem` (one certificate, or a bundle while the CA is rotated) issued
+    `cert_pem` and it is valid now; else what is wrong with it."""
     try:
         cert = x509.load_pem_x509_certificate(cert_pem)
-        ca = x509.load_pem_x509_certificate(ca_pem)
+        cas = x509.load_pem_x509_certificates(ca_pem)
     except ValueError:
         return "unreadable certificate"
-    try:
-        cert.verify_directly_issued_by(ca)
-    except (ValueError, TypeError, Exception) as exc:  # noqa: BLE001 — InvalidSignature and friends
-        return f"certificate not issued by the cluster CA ({type(exc).__name__})"
+    if not any(_issued_by(cert, ca) for ca in cas):
+        return "certificate not issued by the cluster CA"
     moment = now or _now()
     if not cert.not_valid_before_utc <= moment <= cert.not_valid_after_utc:
         return (f"certificate outside its validity window ({cert.not_valid_before_utc:%Y-%m-%dT%H:%MZ} .. "
                 f"{cert.not_valid_after_utc:%Y-%m-%dT%H:%MZ})")
     return None
+
+
+def _issued_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
+    try:
+        cert.verify_directly_issued_by(ca)
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True
 
 
 def _still_good(paths: CertPaths, role: str, name: str, hosts: Iterable[str]) -> bool:

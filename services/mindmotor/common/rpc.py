@@ -36,7 +36,8 @@ from typing import Iterable, Mapping, Sequence
 import grpc
 
 from .admin_token import bearer_matches
-from .certs import ROLES
+from .certs import ROLES, verify_peer
+from .rpc_args import ENV_CA, ENV_CERT, ENV_KEY, ENV_TOKEN, ENV_TOKEN_FILE, add_arguments  # noqa: F401
 
 log = logging.getLogger("mindmotor.rpc")
 
@@ -78,7 +79,6 @@ def _merge(base: list[tuple[str, object]], extra: Iterable[tuple[str, object]]) 
 
 
 # ---- settings ---------------------------------------------------------------------------------
-from .rpc_args import ENV_CA, ENV_CERT, ENV_KEY, ENV_TOKEN, ENV_TOKEN_FILE, add_arguments  # noqa: F401
 
 
 class RpcSettingsError(ValueError):
@@ -116,6 +116,8 @@ class RpcSecurity:
             token = None
         files = [_read(p, name) for p, name in ((ca, "TLS CA"), (cert, "TLS certificate"), (key, "TLS key"))] \
             if all(given) else [None, None, None]
+        if all(given):
+            _check_pair(*files, cert_path=cert)
         return cls(*files, token=token.strip() if token else None)
 
     @classmethod
@@ -123,6 +125,19 @@ class RpcSecurity:
         env = os.environ if environ is None else environ
         return cls.load(env.get(ENV_CA) or None, env.get(ENV_CERT) or None, env.get(ENV_KEY) or None,
                         env.get(ENV_TOKEN_FILE) or None, env.get(ENV_TOKEN) or None)
+
+
+def _check_pair(ca: bytes, cert: bytes, key: bytes, cert_path: str) -> None:
+    """A clear error at start for a certificate its own cluster would refuse, or an unreadable key."""
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+    problem = verify_peer(cert, ca)
+    if problem:
+        raise RpcSettingsError(f"the TLS certificate {cert_path}: {problem}")
+    try:
+        load_pem_private_key(key, password=None)
+    except (ValueError, TypeError) as exc:
+        raise RpcSettingsError(f"the TLS key is not an unencrypted PEM private key ({type(exc).__name__})") from None
 
 
 def _read(path: str, what: str) -> bytes:
@@ -451,6 +466,8 @@ def make_server(host: str, port: int, policies: Policy | Sequence[Policy], *, ad
     it would be open beyond loopback; OSError when it cannot listen."""
     sec = sec or security()
     policies = [policies] if isinstance(policies, Policy) else list(policies)
+    if sec.tls and not (sec.cert and sec.key and sec.ca):
+        raise RpcSettingsError("a TLS server needs the CA, its certificate and its key")
     if sec.mode == "open" and not is_loopback(host) and not allow_open:
         raise RpcSettingsError(
             f"refusing to serve gRPC on {host}:{port} without credentials: give --tls-ca/--tls-cert/--tls-key "
