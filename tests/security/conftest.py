@@ -44,7 +44,8 @@ def tls(paths: certs.CertPaths | None, ca: Path) -> rpc.RpcSecurity:
     """A client's settings: the cluster CA to trust, and `paths`' certificate (None: none)."""
     if paths is None:
         return rpc.RpcSecurity(ca=ca.read_bytes())
-    return rpc.RpcSecurity.load(str(ca), str(paths.cert), str(paths.key))
+    # built from the bytes: RpcSecurity.load refuses expired and foreign certificates, as a service does
+    return rpc.RpcSecurity(ca=ca.read_bytes(), cert=paths.cert.read_bytes(), key=paths.key.read_bytes())
 
 
 @dataclass
