@@ -105,3 +105,8 @@ async def test_every_kind_of_call_needs_the_cluster_token():
 async def test_open_beyond_loopback_refuses_to_start():
     with pytest.raises(rpc.RpcSettingsError, match="without credentials"):
         rpc.make_server("0.0.0.0", 0, ADMIN_ONLY, sec=rpc.RpcSecurity())
+    with pytest.raises(rpc.RpcSettingsError, match="without credentials"):        # members may call a worker
+        rpc.make_server("0.0.0.0", 0, rpc.WORKER_POLICY, sec=rpc.RpcSecurity(), admin_token=TOKEN)
+    # an admin token guarding every method (the Deployer's API) is a credential
+    server, _ = rpc.make_server("0.0.0.0", 0, rpc.DEPLOYER_POLICY, sec=rpc.RpcSecurity(), admin_token=TOKEN)
+    await server.stop(None)

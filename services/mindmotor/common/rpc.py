@@ -458,17 +458,28 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _all_guarded(policies: Sequence[Policy], admin_token: str | None) -> bool:
+    """Whether an admin token keeps every method of these services from callers without a
+    credential (the Deployer, the Trainer): then they may listen beyond loopback without TLS or a
+    cluster token, the token being what `--admin-token` always was."""
+    if not admin_token:
+        return False
+    open_roles = frozenset(ROLES) - PRIVILEGED
+    return all(not (roles & open_roles) for p in policies for roles in (p.default, *p.rules.values()))
+
+
 def make_server(host: str, port: int, policies: Policy | Sequence[Policy], *, admin_token: str | None = None,
                 registry=None, options: Iterable[tuple[str, object]] = (), interceptors: Sequence = (),
                 sec: RpcSecurity | None = None, allow_open: bool = False) -> tuple[grpc.aio.Server, int]:
     """A grpc.aio server listening on host:port (0: a free one) with the cluster's credentials,
     keepalive policy and the auth interceptor first; (server, bound port). RpcSettingsError when
-    it would be open beyond loopback; OSError when it cannot listen."""
+    it would be open beyond loopback (unless an admin token guards every method, or `allow_open`:
+    the operator's explicit `--allow-open-admin`); OSError when it cannot listen."""
     sec = sec or security()
     policies = [policies] if isinstance(policies, Policy) else list(policies)
     if sec.tls and not (sec.cert and sec.key and sec.ca):
         raise RpcSettingsError("a TLS server needs the CA, its certificate and its key")
-    if sec.mode == "open" and not is_loopback(host) and not allow_open:
+    if sec.mode == "open" and not is_loopback(host) and not allow_open and not _all_guarded(policies, admin_token):
         raise RpcSettingsError(
             f"refusing to serve gRPC on {host}:{port} without credentials: give --tls-ca/--tls-cert/--tls-key "
             f"(mutual TLS; `mindmotor certs`) or --cluster-token-file, or bind to 127.0.0.1")
