@@ -262,7 +262,9 @@ def test_three_worker_kills_during_greedy_streams(platform, client, undisturbed,
 
 
 def test_a_canary_rollout_through_mindmotor_deploy(platform, e2e_model):
-    env = {**os.environ, "MINDMOTOR_ADMIN_TOKEN": ADMIN_TOKEN}
+    pki = Path(platform.ready["logs"]) / "pki"          # up's cluster CA: the operator's admin certificate
+    env = {**os.environ, "MINDMOTOR_ADMIN_TOKEN": ADMIN_TOKEN, "MINDMOTOR_TLS_CA": str(pki / "ca.pem"),
+           "MINDMOTOR_TLS_CERT": str(pki / "admin.pem"), "MINDMOTOR_TLS_KEY": str(pki / "admin-key.pem")}
     deployer = f"127.0.0.1:{platform.ready['deployer_port']}"
     deploy = [sys.executable, "-m", "mindmotor.cli", "deploy", "--deployer", deployer]
 

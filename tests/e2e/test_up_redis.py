@@ -6,6 +6,7 @@ stored record with the replicas it adopted."""
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 import grpc
 import httpx
@@ -13,6 +14,7 @@ import pytest
 import redis
 import yaml
 
+from mindmotor.common import rpc
 from mindmotor.deployer.client import DeployerClient
 from mindmotor.launcher.process import ChildProcess
 
@@ -76,7 +78,9 @@ def completes(url: str, model: str) -> bool:
 
 def test_a_canary_survives_a_deployer_sigkill(up_on_redis, e2e_model):
     url = up_on_redis.ready["url"]
-    with DeployerClient(f"127.0.0.1:{up_on_redis.ready['deployer_port']}", TOKEN, timeout_s=30) as client:
+    pki = Path(up_on_redis.ready["logs"]) / "pki"       # up's cluster CA: the operator's admin certificate
+    admin = rpc.RpcSecurity.load(str(pki / "ca.pem"), str(pki / "admin.pem"), str(pki / "admin-key.pem"))
+    with DeployerClient(f"127.0.0.1:{up_on_redis.ready['deployer_port']}", TOKEN, timeout_s=30, sec=admin) as client:
         client.rollout("canary", "v2", checkpoint=str(e2e_model), canary=50)
         assert client.wait_rollout("canary", timeout_s=120).rollout.phase == "canary"
         wait_until(lambda: routable(url) == {"canary-v1-0", "canary-v2-0"}, timeout=30, interval=0.2,
