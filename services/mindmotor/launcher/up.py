@@ -371,7 +371,7 @@ MindMotor is up: {platform.url}/v1   ({workers} workers; logs in {platform.log_d
   controller gRPC     {platform.controller_address}
   controller admin    http://{cfg.host}:{ports.controller_admin}   (/health, /metrics, /v1/instances)
   deployer gRPC       {platform.deployer_address}
-                      mindmotor deploy get {spec.name} --deployer {platform.deployer_address}{token} \
+                      mindmotor deploy get {spec.name} --deployer {platform.deployer_address}{token} \\
                         {platform.admin_flags()}
   deployer /metrics   http://{cfg.host}:{ports.deployer_metrics}/metrics
   up /metrics         http://{cfg.host}:{platform.metrics_port}/metrics
