@@ -27,6 +27,21 @@ from .conftest import wait_until
 
 API_KEY = "sk-e2e-up-faults-key"
 ADMIN_TOKEN = "e2e-up-faults-admin-token"
+def admin_env(ready: dict[str, str]) -> dict[str, str]:
+    """The TLS files of the admin certificate `up` made under its log directory (docs/security.md)."""
+    pki = Path(ready["logs"]) / "pki"
+    return {"MINDMOTOR_TLS_CA": str(pki / "ca.pem"), "MINDMOTOR_TLS_CERT": str(pki / "admin.pem"),
+            "MINDMOTOR_TLS_KEY": str(pki / "admin-key.pem")}
+
+
+def admin_security(ready: dict[str, str]):
+    """An in-process client's credentials as that admin."""
+    from mindmotor.common.rpc import RpcSecurity
+
+    env = admin_env(ready)
+    return RpcSecurity.load(env["MINDMOTOR_TLS_CA"], env["MINDMOTOR_TLS_CERT"], env["MINDMOTOR_TLS_KEY"])
+
+
 PROMPTS = ["def fibonacci(n):", "import numpy as np\n", "The worker that serves this stream", "class Node:"]
 STREAM_TOKENS = 48
 BACK_WITHIN_S = 30.0          # generous for a loaded 2-core machine; it is seconds when idle
@@ -262,9 +277,7 @@ def test_three_worker_kills_during_greedy_streams(platform, client, undisturbed,
 
 
 def test_a_canary_rollout_through_mindmotor_deploy(platform, e2e_model):
-    pki = Path(platform.ready["logs"]) / "pki"          # up's cluster CA: the operator's admin certificate
-    env = {**os.environ, "MINDMOTOR_ADMIN_TOKEN": ADMIN_TOKEN, "MINDMOTOR_TLS_CA": str(pki / "ca.pem"),
-           "MINDMOTOR_TLS_CERT": str(pki / "admin.pem"), "MINDMOTOR_TLS_KEY": str(pki / "admin-key.pem")}
+    env = {**os.environ, "MINDMOTOR_ADMIN_TOKEN": ADMIN_TOKEN, **admin_env(platform.ready)}
     deployer = f"127.0.0.1:{platform.ready['deployer_port']}"
     deploy = [sys.executable, "-m", "mindmotor.cli", "deploy", "--deployer", deployer]
 
@@ -333,7 +346,8 @@ def test_a_killed_deployer_is_restarted_and_adopts_its_workers(platform, e2e_mod
         if service_pids(platform, "deployer") in ([], [deployer]):
             return False
         try:
-            with DeployerClient(f"127.0.0.1:{platform.ready['deployer_port']}", ADMIN_TOKEN, timeout_s=3) as c:
+            with DeployerClient(f"127.0.0.1:{platform.ready['deployer_port']}", ADMIN_TOKEN, timeout_s=3,
+                                sec=admin_security(platform.ready)) as c:
                 version = c.get("faults").versions[0]
         except Exception:  # noqa: BLE001 — not back yet
             return False

@@ -6,7 +6,6 @@ stored record with the replicas it adopted."""
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 
 import grpc
 import httpx
@@ -14,12 +13,11 @@ import pytest
 import redis
 import yaml
 
-from mindmotor.common import rpc
 from mindmotor.deployer.client import DeployerClient
 from mindmotor.launcher.process import ChildProcess
 
 from .conftest import wait_until
-from .test_up_faults import kill, service_pids
+from .test_up_faults import admin_security, kill, service_pids
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 TOKEN = "e2e-up-redis-token"
@@ -78,8 +76,7 @@ def completes(url: str, model: str) -> bool:
 
 def test_a_canary_survives_a_deployer_sigkill(up_on_redis, e2e_model):
     url = up_on_redis.ready["url"]
-    pki = Path(up_on_redis.ready["logs"]) / "pki"       # up's cluster CA: the operator's admin certificate
-    admin = rpc.RpcSecurity.load(str(pki / "ca.pem"), str(pki / "admin.pem"), str(pki / "admin-key.pem"))
+    admin = admin_security(up_on_redis.ready)           # up's cluster CA: the operator's admin certificate
     with DeployerClient(f"127.0.0.1:{up_on_redis.ready['deployer_port']}", TOKEN, timeout_s=30, sec=admin) as client:
         client.rollout("canary", "v2", checkpoint=str(e2e_model), canary=50)
         assert client.wait_rollout("canary", timeout_s=120).rollout.phase == "canary"
@@ -130,7 +127,8 @@ def test_a_redis_back_empty_replaces_no_worker(e2e_model, tmp_path):
                 except httpx.HTTPError:
                     return False
             wait_until(deployer_saw_it, timeout=30, interval=0.2, what="the deployer to see the store reset")
-            with DeployerClient(f"127.0.0.1:{up.ready['deployer_port']}", TOKEN, timeout_s=10) as client:
+            with DeployerClient(f"127.0.0.1:{up.ready['deployer_port']}", TOKEN, timeout_s=10,
+                                sec=admin_security(up.ready)) as client:
                 wait_until(lambda: (d := get(client, "empty")) is not None and
                            [(v.running, v.restarts) for v in d.versions] == [(2, 0)], timeout=30, interval=0.2,
                            what="up to apply the deployment again and the deployer to run the same two replicas")
