@@ -154,7 +154,7 @@ def config_from_args(args: argparse.Namespace):
                                   min_requests=args.analysis_min_requests),
         controllers=args.controller, host=args.host, port=args.port, metrics_port=args.metrics_port,
         backend=args.backend, redis_url=redis_url, redis_prefix=args.redis_prefix,
-        admin_token=admin_token, controller_token=controller_token,
+        admin_token=admin_token, controller_token=controller_token, allow_open=args.allow_open_admin,
         reconcile_interval_s=args.reconcile_interval, rollout_timeout_s=args.rollout_timeout,
         drain_timeout_s=args.drain_timeout, orphan_grace_s=args.orphan_grace, restart_initial_s=args.restart_backoff,
         restart_max_s=args.restart_backoff_max, lease_ttl_s=args.lease_ttl, worker_host=args.worker_host,

@@ -44,6 +44,7 @@ class DeployerConfig:
     redis_url: str | None = None           # None: in-memory store (deployments die with the process)
     redis_prefix: str = DEFAULT_PREFIX     # the deployer's keys live under <prefix>deployer:
     admin_token: str | None = None         # None: the Deployer API is open (a warning is logged)
+    allow_open: bool = False               # --allow-open-admin: open beyond loopback on purpose
     controller_token: str | None = None    # the controller's admin token (SetTraffic); None: admin_token
     reconcile_interval_s: float = 1.0
     rollout_timeout_s: float = 120.0       # a rollout's replicas must all be ready within this

@@ -3,7 +3,7 @@
 status codes: a standby deployer → UNAVAILABLE, InvalidArgument/SpecError → INVALID_ARGUMENT, NotFound → NOT_FOUND,
 FailedPrecondition → FAILED_PRECONDITION, a store that does not answer → UNAVAILABLE, a record
 that kept changing under the call → ABORTED (retry). The admin
-token is checked before any handler runs (`common.admin_token.AdminTokenInterceptor`)."""
+token (or an admin certificate) is checked before any handler runs (`common.rpc.AuthInterceptor`)."""
 
 from __future__ import annotations
 
