@@ -39,6 +39,7 @@ from typing import Callable
 import httpx
 import yaml
 
+from mindmotor.launcher.proc_tree import descendants
 from mindmotor.launcher.process import ChildProcess
 
 API_KEY = "sk-faults-benchmark"
@@ -85,18 +86,6 @@ class Redis:
     @property
     def pid(self) -> int:
         return self.child.proc.pid
-
-
-def descendants(pid: int) -> list[int]:
-    found = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            children = [int(p) for p in (task / "children").read_text().split()]
-        except OSError:
-            continue
-        for child in children:
-            found += [child, *descendants(child)]
-    return found
 
 
 def service_pids(up: ChildProcess, command: str) -> list[int]:

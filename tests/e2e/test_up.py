@@ -9,6 +9,7 @@ from pathlib import Path
 import openai
 import pytest
 
+from mindmotor.launcher.proc_tree import child_pids, descendants
 from mindmotor.launcher.process import ChildProcess
 
 from .conftest import wait_until
@@ -111,14 +112,3 @@ def alive(pid: int) -> bool:
         return "zombie" not in status.read_text().lower()
     except OSError:
         return False
-
-
-def child_pids(pid: int) -> list[int]:
-    pids = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        pids += [int(p) for p in (task / "children").read_text().split()]
-    return pids
-
-
-def descendants(pid: int) -> list[int]:
-    return [p for child in child_pids(pid) for p in (child, *descendants(child))]

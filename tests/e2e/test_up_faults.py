@@ -21,6 +21,7 @@ import openai
 import pytest
 import yaml
 
+from mindmotor.launcher.proc_tree import descendants
 from mindmotor.launcher.process import ChildProcess
 
 from .conftest import wait_until
@@ -156,18 +157,6 @@ class Prober:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join(60)
-
-
-def descendants(pid: int) -> list[int]:
-    found = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            children = [int(p) for p in (task / "children").read_text().split()]
-        except OSError:
-            continue
-        for child in children:
-            found += [child, *descendants(child)]
-    return found
 
 
 def cmdline(pid: int) -> list[str]:
