@@ -4,8 +4,9 @@ deployer's variables, never the whole environment — a worker reads no secret o
 
     env = worker_environment({"MINDMOTOR_TLS_CERT": ...})   # `extra` on top (None: removed)
 
-Kept: what runs Python and numpy (PATH, PYTHONPATH, the virtualenv, locale, temp dir, BLAS thread
-counts), gRPC's own settings, and the cluster's transport security (`MINDMOTOR_TLS_*`,
+Kept: what runs Python and numpy (PATH, PYTHONPATH, the virtualenv, locale, temp dir, BLAS
+settings such as OPENBLAS_CORETYPE and the thread counts), gRPC's own settings, and the cluster's
+transport security (`MINDMOTOR_TLS_*`,
 `MINDMOTOR_CLUSTER*`: what a worker needs to talk to its controller).
 """
 
@@ -20,7 +21,9 @@ ALLOWED = frozenset({
     "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
     "SSL_CERT_FILE", "SSL_CERT_DIR",
 })
-ALLOWED_PREFIXES = ("LC_", "GRPC_", "MINDMOTOR_TLS_", "MINDMOTOR_CLUSTER")
+# OPENBLAS_*: some machines set OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE because older OpenBLAS builds
+# compute wrong results or crash on their processors; a worker must run numpy as its parent does.
+ALLOWED_PREFIXES = ("LC_", "GRPC_", "OPENBLAS_", "OMP_", "MKL_", "MINDMOTOR_TLS_", "MINDMOTOR_CLUSTER")
 FIXED = {"PYTHONUNBUFFERED": "1", "GRPC_ENABLE_FORK_SUPPORT": "false"}
 
 
