@@ -7,11 +7,12 @@ from __future__ import annotations
 import grpc
 import pytest
 
+from secrets_registry import given_secret
 from mindmotor.common import rpc
 from mindmotor.common.admin_token import bearer_metadata
 
 pytestmark = pytest.mark.asyncio
-TOKEN = "s3cret"
+TOKEN = given_secret("s3cret-interceptor")
 
 
 async def echo(request, context):

@@ -6,10 +6,11 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from secrets_registry import given_secret
 from .conftest import eventually
 
 pytestmark = pytest.mark.asyncio
-TOKEN = "s3cret-admin"
+TOKEN = given_secret("s3cret-admin")
 
 
 def assert_openai_error(response: httpx.Response, status: int) -> dict:

@@ -7,13 +7,14 @@ from __future__ import annotations
 import grpc
 import pytest
 
+from secrets_registry import given_secret
 from mindmotor.common.admin_token import bearer_metadata
 from mindmotor.protocol import controller_pb2, controller_pb2_grpc
 
 from .conftest import free_port
 
 pytestmark = pytest.mark.asyncio
-TOKEN = "controller-admin"
+TOKEN = given_secret("controller-admin-token")
 
 
 async def set_traffic(address: str, deployment: str, model: str, weights: dict, token: str | None = TOKEN):

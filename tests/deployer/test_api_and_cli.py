@@ -10,13 +10,14 @@ import sys
 
 import grpc
 import pytest
+from secrets_registry import given_secret
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from mindmotor.common.waiting import wait_until
 
 from .conftest import replica_pids
 
-TOKEN = "deployer-admin-token"
+TOKEN = given_secret("deployer-admin-token")
 
 
 def deploy(deployer, *args: str, token: str | None = TOKEN) -> subprocess.CompletedProcess:

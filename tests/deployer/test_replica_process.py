@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from secrets_registry import given_secret
 from mindmotor.common.waiting import wait_until
 from mindmotor.deployer.backends.local_process import ReplicaProcess, proc_start_time
 from mindmotor.deployer.backends.worker_env import worker_environment
@@ -44,7 +45,7 @@ def ppid(pid: int) -> int:
 
 
 def test_a_detached_replica_is_the_anchors_is_recognised_by_others_and_dies_with_the_anchor(tmp_path):
-    env = {**os.environ, "MINDMOTOR_ADMIN_TOKEN": "secret-admin-token", "MINDMOTOR_REDIS_URL": "redis://x:6379/0"}
+    env = {**os.environ, "MINDMOTOR_ADMIN_TOKEN": given_secret("secret-admin-token"), "MINDMOTOR_REDIS_URL": "redis://x:6379/0"}
     anchor = subprocess.Popen([sys.executable, "-c", ANCHOR, str(tmp_path)], stdout=subprocess.PIPE, text=True,
                               env=env)
     try:

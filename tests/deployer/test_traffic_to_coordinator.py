@@ -8,9 +8,13 @@ import re
 
 import httpx
 
+from secrets_registry import given_secret
 from mindmotor.common.waiting import wait_until
 
 REQUESTS = 8
+
+CONTROLLER_TOKEN = given_secret("traffic-ctl-token")
+DEPLOYER_TOKEN = given_secret("traffic-dep-token")
 
 
 def routed(url: str, model: str) -> dict[str, float]:
@@ -36,9 +40,9 @@ def send(url: str, model: str, count: int) -> dict[str, float]:
 
 
 def test_traffic_weights_flow_from_the_deployer_to_the_coordinator(cluster):
-    cluster.start_controller(admin_token="ctl-token")
-    client = cluster.client(cluster.start_deployer("--admin-token", "dep-token", "--controller-token", "ctl-token"),
-                            admin_token="dep-token")
+    cluster.start_controller(admin_token=CONTROLLER_TOKEN)
+    deployer = cluster.start_deployer("--admin-token", DEPLOYER_TOKEN, "--controller-token", CONTROLLER_TOKEN)
+    client = cluster.client(deployer, admin_token=DEPLOYER_TOKEN)
     coordinator = cluster.start_coordinator()
     url = f"http://127.0.0.1:{coordinator.ready['port']}"
     v1, v2 = f"{cluster.deployment}-v1-0", f"{cluster.deployment}-v2-0"

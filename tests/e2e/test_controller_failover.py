@@ -9,9 +9,10 @@ import uuid
 import httpx
 import redis
 
+from secrets_registry import given_secret
 from .conftest import wait_until
 
-TOKEN = "e2e-admin"
+TOKEN = given_secret("e2e-failover-admin")
 
 
 def health(admin_port: int) -> dict:

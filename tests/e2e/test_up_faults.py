@@ -21,13 +21,14 @@ import openai
 import pytest
 import yaml
 
+from secrets_registry import given_secret
 from mindmotor.launcher.proc_tree import descendants
 from mindmotor.launcher.process import ChildProcess
 
 from .conftest import wait_until
 
-API_KEY = "sk-e2e-up-faults-key"
-ADMIN_TOKEN = "e2e-up-faults-admin-token"
+API_KEY = given_secret("sk-e2e-up-faults-key")
+ADMIN_TOKEN = given_secret("e2e-up-faults-admin-token")
 def admin_env(ready: dict[str, str]) -> dict[str, str]:
     """The TLS files of the admin certificate `up` made under its log directory (docs/security.md)."""
     pki = Path(ready["logs"]) / "pki"

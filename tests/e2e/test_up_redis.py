@@ -13,6 +13,7 @@ import pytest
 import redis
 import yaml
 
+from secrets_registry import given_secret
 from mindmotor.deployer.client import DeployerClient
 from mindmotor.launcher.process import ChildProcess
 
@@ -20,7 +21,7 @@ from .conftest import wait_until
 from .test_up_faults import admin_security, kill, service_pids
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
-TOKEN = "e2e-up-redis-token"
+TOKEN = given_secret("e2e-up-redis-token")
 
 
 @pytest.fixture

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import httpx
 
+from secrets_registry import given_secret
 from .conftest import wait_until
 
-TOKEN = "e2e-admin-token"
+TOKEN = given_secret("e2e-admin-token")
 
 
 def instances(admin_port: int) -> list[dict]:

@@ -14,6 +14,7 @@ import grpc
 import httpx
 import pytest
 
+from secrets_registry import given_private_key, given_secret
 from mindmotor.common import certs, rpc
 from mindmotor.common.waiting import wait_until
 from mindmotor.launcher.process import ChildProcess
@@ -23,7 +24,7 @@ START_TIMEOUT_S = 90.0
 WORKER_ID = "worker-0-0"
 SERVICES = {"controller": "controller", "worker": "worker", "coordinator": "coordinator", "deployer": "deployer",
             "admin": "admin", "other-worker": "worker"}
-TOKEN = "cluster-token-for-tests-0123456789"
+TOKEN = given_secret("cluster-token-for-tests-0123456789")
 
 
 @pytest.fixture(scope="session")
@@ -37,6 +38,8 @@ def pki(tmp_path_factory) -> dict[str, certs.CertPaths]:
     now = datetime.datetime.now(datetime.timezone.utc)
     files["expired"] = certs.issue(state / "pki", "expired", "admin", not_before=now - datetime.timedelta(days=30),
                                    not_after=now - datetime.timedelta(days=1))
+    for paths in files.values():
+        given_private_key(paths.key)
     return files
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mindmotor.common.waiting import wait_until
+from secrets_registry import given_private_key, given_secret
 from mindmotor.launcher.process import ChildProcess
 
 START_TIMEOUT_S = 60.0
@@ -28,7 +29,7 @@ def free_port() -> int:
 
 def token(prefix: str) -> str:
     """A distinctive secret: easy to find in a log if it leaked."""
-    return f"{prefix}-{secrets.token_hex(12)}"
+    return given_secret(f"{prefix}-{secrets.token_hex(12)}")
 
 
 # ---- certificates ---------------------------------------------------------------------------------
@@ -78,6 +79,7 @@ def make_pki(directory: Path, hostnames: tuple[str, ...] = ("localhost",),
     pki.server_key.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                                  serialization.NoEncryption()))
     pki.server_key.chmod(0o600)
+    given_private_key(pki.server_key)
     return pki
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import uuid
 
 import grpc
 import httpx
@@ -36,7 +37,7 @@ def cluster(tiny_ckpt, tmp_path_factory):
     c.redis = PasswordRedis(c.logs)
     c.admin_token = token("admintok")
     c.keys = [token("sk-secrets-a"), token("sk-secrets-b")]
-    c.prefix = f"test-httpsec-{token('p')}:"
+    c.prefix = f"test-httpsec-{uuid.uuid4().hex[:12]}:"            # not a secret: it is logged
     c.token_file = c.logs / "admin-token"
     c.token_file.write_text(c.admin_token + "\n")
     c.redis_file = c.logs / "redis-url"
