@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import ssl
 import threading
 from pathlib import Path
 
@@ -42,6 +43,13 @@ def admin_security(ready: dict[str, str]):
 
     env = admin_env(ready)
     return RpcSecurity.load(env["MINDMOTOR_TLS_CA"], env["MINDMOTOR_TLS_CERT"], env["MINDMOTOR_TLS_KEY"])
+
+
+def side_get(ready: dict[str, str], port_key: str, path: str, **kwargs) -> httpx.Response:
+    """GET on one of up's HTTP side ports (controller admin, deployer /metrics, up's /metrics):
+    HTTPS verified with the cluster CA from up's log directory (common/https_side.py)."""
+    context = ssl.create_default_context(cafile=admin_env(ready)["MINDMOTOR_TLS_CA"])
+    return httpx.get(f"https://127.0.0.1:{ready[port_key]}{path}", verify=context, timeout=5, **kwargs)
 
 
 PROMPTS = ["def fibonacci(n):", "import numpy as np\n", "The worker that serves this stream", "class Node:"]
@@ -174,8 +182,8 @@ def service_pids(up: ChildProcess, command: str) -> list[int]:
 
 def instances(platform) -> dict[str, dict]:
     try:
-        r = httpx.get(f"http://127.0.0.1:{platform.ready['controller_admin_port']}/v1/instances",
-                      headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=5)
+        r = side_get(platform.ready, "controller_admin_port", "/v1/instances",
+                     headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
         return {i["instance_id"]: i for i in r.json()["data"]}
     except (httpx.HTTPError, ValueError, KeyError):
         return {}
@@ -203,7 +211,7 @@ def kill(pid: int) -> None:
 
 
 def restarts(platform) -> dict[str, float]:
-    text = httpx.get(f"http://127.0.0.1:{platform.ready['metrics_port']}/metrics", timeout=5).text
+    text = side_get(platform.ready, "metrics_port", "/metrics").text
     counts = {}
     for line in text.splitlines():
         if line.startswith("mindmotor_up_restarts_total{"):
@@ -218,10 +226,9 @@ def test_ports_from_the_config_are_used_and_printed(platform):
     assert ready["port"] == str(platform.config["port"])
     for key in ("controller", "controller_admin", "deployer", "deployer_metrics", "metrics"):
         assert ready[f"{key}_port"] == str(ports[key])
-    assert httpx.get(f"http://127.0.0.1:{ports['controller_admin']}/health", timeout=5).status_code == 200
-    assert "mindmotor_deployer" in httpx.get(f"http://127.0.0.1:{ports['deployer_metrics']}/metrics", timeout=5).text
-    assert 'mindmotor_up_service_up{service="deployer"} 1.0' in \
-        httpx.get(f"http://127.0.0.1:{ports['metrics']}/metrics", timeout=5).text
+    assert side_get(ready, "controller_admin_port", "/health").status_code == 200
+    assert "mindmotor_deployer" in side_get(ready, "deployer_metrics_port", "/metrics").text
+    assert 'mindmotor_up_service_up{service="deployer"} 1.0' in side_get(ready, "metrics_port", "/metrics").text
 
 
 def test_no_secret_on_any_command_line_and_the_services_use_them(platform, e2e_model):
@@ -241,8 +248,7 @@ def test_no_secret_on_any_command_line_and_the_services_use_them(platform, e2e_m
     assert httpx.post(f"{url}/v1/completions", json=body, timeout=30).status_code == 401
     assert httpx.post(f"{url}/v1/completions", json=body, timeout=30,
                       headers={"Authorization": f"Bearer {API_KEY}"}).status_code == 200
-    admin = f"http://127.0.0.1:{platform.ready['controller_admin_port']}/v1/instances"
-    assert httpx.get(admin, timeout=5).status_code == 401
+    assert side_get(platform.ready, "controller_admin_port", "/v1/instances").status_code == 401
     assert len(instances(platform)) == 2
 
 
@@ -315,7 +321,7 @@ def test_a_frozen_controller_is_killed_and_restarted(platform, e2e_model):
             os.kill(pid, signal.SIGCONT)
     wait_until(lambda: completes(platform, e2e_model.name) and len(instances(platform)) == 2,
                timeout=BACK_WITHIN_S, interval=0.2, what="the platform serving with both workers again")
-    text = httpx.get(f"http://127.0.0.1:{platform.ready['metrics_port']}/metrics", timeout=5).text
+    text = side_get(platform.ready, "metrics_port", "/metrics").text
     assert 'mindmotor_up_liveness_kills_total{service="controller"} 1.0' in text
     assert restarts(platform)["controller"] == before + 1
     assert platform.alive()

@@ -18,7 +18,7 @@ from mindmotor.deployer.client import DeployerClient
 from mindmotor.launcher.process import ChildProcess
 
 from .conftest import wait_until
-from .test_up_faults import admin_security, kill, service_pids
+from .test_up_faults import admin_security, kill, service_pids, side_get
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 TOKEN = given_secret("e2e-up-redis-token")
@@ -60,8 +60,7 @@ def routable(url: str) -> set[str]:
 def addresses(up: ChildProcess) -> dict[str, str]:
     """instance id → address of the ready instances in the controller."""
     try:
-        r = httpx.get(f"http://127.0.0.1:{up.ready['controller_admin_port']}/v1/instances",
-                      headers={"Authorization": f"Bearer {TOKEN}"}, timeout=5)
+        r = side_get(up.ready, "controller_admin_port", "/v1/instances", headers={"Authorization": f"Bearer {TOKEN}"})
         return {i["instance_id"]: i["address"] for i in r.json()["data"] if i["state"] == "ready"}
     except (httpx.HTTPError, ValueError, KeyError):
         return {}
@@ -120,11 +119,10 @@ def test_a_redis_back_empty_replaces_no_worker(e2e_model, tmp_path):
             assert len(workers) == 2 and completes(url, e2e_model.name)
 
             server.restart()                                    # every key is gone
-            metrics = f"http://127.0.0.1:{up.ready['deployer_metrics_port']}/metrics"
-
             def deployer_saw_it() -> bool:
                 try:
-                    return "mindmotor_deployer_store_resets_total 1.0" in httpx.get(metrics, timeout=5).text
+                    return "mindmotor_deployer_store_resets_total 1.0" in \
+                        side_get(up.ready, "deployer_metrics_port", "/metrics").text
                 except httpx.HTTPError:
                     return False
             wait_until(deployer_saw_it, timeout=30, interval=0.2, what="the deployer to see the store reset")

@@ -7,6 +7,7 @@ Every process is killed and reaped at teardown."""
 from __future__ import annotations
 
 import datetime
+import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,6 +63,11 @@ class Cluster:
     deployer: str = ""
     coordinator_url: str = ""
     children: list[ChildProcess] = field(default_factory=list)
+    verify: ssl.SSLContext | bool = True      # for the HTTP side ports: HTTPS with the cluster CA under mTLS
+
+    @property
+    def side_scheme(self) -> str:
+        return "https" if self.mode == "mtls" else "http"
 
     def start(self, name: str, args: list[str], ready: str, log_dir: Path, who: str) -> dict[str, str]:
         child = ChildProcess(name, args, ready, log_dir / f"{name}.log", env=self.env[who])
@@ -95,18 +101,20 @@ class Cluster:
 
 def start_cluster(mode: str, env: dict[str, dict[str, str]], model: Path, log_dir: Path) -> Cluster:
     cluster = Cluster(mode, env)
+    if mode == "mtls":
+        cluster.verify = ssl.create_default_context(cafile=env["controller"][rpc.ENV_CA])
     try:
         ready = cluster.start("controller", ["controller", "--host", "127.0.0.1", "--port", "0", "--admin-host",
                                              "127.0.0.1", "--admin-port", "0"],
                               "MINDMOTOR_CONTROLLER_READY", log_dir, "controller")
         cluster.controller = f"127.0.0.1:{ready['port']}"
-        cluster.controller_admin = f"http://127.0.0.1:{ready['admin_port']}"
+        cluster.controller_admin = f"{cluster.side_scheme}://127.0.0.1:{ready['admin_port']}"
         ready = cluster.start("worker", ["worker", "--model", str(model), "--host", "127.0.0.1", "--port", "0",
                                          "--metrics-port", "0", "--timing", "virtual", "--served-model-name", "tiny",
                                          "--controller", cluster.controller, "--worker-id", WORKER_ID],
                               "MINDMOTOR_WORKER_READY", log_dir, "worker")
         cluster.worker = f"127.0.0.1:{ready['port']}"
-        cluster.worker_metrics = f"http://127.0.0.1:{ready['metrics_port']}/metrics"
+        cluster.worker_metrics = f"{cluster.side_scheme}://127.0.0.1:{ready['metrics_port']}/metrics"
         ready = cluster.start("deployer", ["deployer", "--host", "127.0.0.1", "--port", "0", "--metrics-port", "0",
                                            "--controller", cluster.controller, "--log-dir", str(log_dir / "replicas")],
                               "MINDMOTOR_DEPLOYER_READY", log_dir, "deployer")
@@ -130,10 +138,10 @@ def _serves(cluster: Cluster) -> bool:
         return False
 
 
-def metric(url: str, name: str, **labels: str) -> float:
+def metric(url: str, name: str, verify: ssl.SSLContext | bool = True, **labels: str) -> float:
     """The sum of a counter's samples whose labels include `labels`."""
     total = 0.0
-    for line in httpx.get(url, timeout=10).text.splitlines():
+    for line in httpx.get(url, timeout=10, verify=verify).text.splitlines():
         if line.startswith(name) and all(f'{k}="{v}"' in line for k, v in labels.items()):
             total += float(line.rsplit(" ", 1)[1])
     return total

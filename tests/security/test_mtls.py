@@ -72,7 +72,8 @@ def test_callers_without_a_valid_cluster_certificate_get_nothing(mtls_cluster, p
 
 def test_the_wrong_role_is_refused_and_counted(mtls_cluster, pki):
     ca = pki["controller"].ca
-    before = metric(mtls_cluster.worker_metrics, "mindmotor_rpc_refused_total", code="PERMISSION_DENIED")
+    before = metric(mtls_cluster.worker_metrics, "mindmotor_rpc_refused_total", mtls_cluster.verify,
+                    code="PERMISSION_DENIED")
     coordinator = tls(pki["coordinator"], ca)
     with rpc.channel(mtls_cluster.worker, sec=coordinator) as channel:
         worker = worker_pb2_grpc.WorkerStub(channel)
@@ -96,7 +97,8 @@ def test_the_wrong_role_is_refused_and_counted(mtls_cluster, pki):
         with rpc.channel(mtls_cluster.deployer, sec=tls(pki[who], ca)) as channel:
             assert code_of(lambda: deployer_pb2_grpc.DeployerStub(channel).List(
                 deployer_pb2.ListDeploymentsRequest(), timeout=5)) == expected, who
-    after = metric(mtls_cluster.worker_metrics, "mindmotor_rpc_refused_total", code="PERMISSION_DENIED")
+    after = metric(mtls_cluster.worker_metrics, "mindmotor_rpc_refused_total", mtls_cluster.verify,
+                    code="PERMISSION_DENIED")
     assert after - before == 2
     status = mtls_cluster.worker_status(tls(pki["admin"], ca))
     assert (status.state, status.role) == ("serving", "mixed")
@@ -125,7 +127,7 @@ def test_a_live_instance_cannot_be_hijacked(mtls_cluster, pki):
     fake_port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     admin_metrics = f"{mtls_cluster.controller_admin}/metrics"
-    before = metric(admin_metrics, "mindmotor_controller_registrations_refused_total")
+    before = metric(admin_metrics, "mindmotor_controller_registrations_refused_total", mtls_cluster.verify)
     hijack = controller_pb2.RegisterRequest(instance_id=WORKER_ID, address=f"127.0.0.1:{fake_port}", model="tiny")
     try:
         for name in ("other-worker", "worker"):       # another worker's certificate, and the same one
@@ -142,7 +144,7 @@ def test_a_live_instance_cannot_be_hijacked(mtls_cluster, pki):
             assert code_of(lambda: beats) == grpc.StatusCode.PERMISSION_DENIED
             assert code_of(lambda: stub.Deregister(controller_pb2.DeregisterRequest(instance_id=WORKER_ID),
                                                    timeout=5)) == grpc.StatusCode.PERMISSION_DENIED
-        assert metric(admin_metrics, "mindmotor_controller_registrations_refused_total") - before == 4
+        assert metric(admin_metrics, "mindmotor_controller_registrations_refused_total", mtls_cluster.verify) - before == 4
         assert mtls_cluster.routed_address(tls(pki["coordinator"], ca)) == mtls_cluster.worker
         for i in range(6):
             mtls_cluster.complete(f"secret prompt {i}")

@@ -91,6 +91,8 @@ class RpcSecurity:
     cert: bytes | None = None
     key: bytes | None = field(default=None, repr=False)
     token: str | None = field(default=None, repr=False)
+    cert_path: str | None = field(default=None, compare=False)   # the files, for the HTTP side ports
+    key_path: str | None = field(default=None, compare=False)    # (common/https_side.py)
 
     @property
     def tls(self) -> bool:
@@ -118,7 +120,8 @@ class RpcSecurity:
             if all(given) else [None, None, None]
         if all(given):
             _check_pair(*files, cert_path=cert)
-        return cls(*files, token=token.strip() if token else None)
+        return cls(*files, token=token.strip() if token else None,
+                   cert_path=cert if all(given) else None, key_path=key if all(given) else None)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "RpcSecurity":

@@ -136,7 +136,9 @@ class _AdminServer:
                                   socket.IPPROTO_TCP)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((host, port))
-        self.server = Server(uvicorn.Config(app, log_config=None, access_log=False, lifespan="off"))
+        from mindmotor.common.https_side import uvicorn_tls
+
+        self.server = Server(uvicorn.Config(app, log_config=None, access_log=False, lifespan="off", **uvicorn_tls()))
         self.task: asyncio.Task | None = None
 
     async def start(self) -> int:

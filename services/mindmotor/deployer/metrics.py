@@ -4,7 +4,7 @@ removed version or deployment disappears from them."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from .records import PHASES
 
@@ -58,5 +58,6 @@ class DeployerMetrics:
 
     def serve(self, host: str, port: int) -> tuple[object, int]:
         """Start /metrics on a daemon thread; (server, bound port)."""
-        server, _thread = start_http_server(port, addr=host, registry=self.registry)
-        return server, server.server_port
+        from mindmotor.common.https_side import serve_metrics
+
+        return serve_metrics(host, port, self.registry)

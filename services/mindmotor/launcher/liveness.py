@@ -15,6 +15,7 @@ routable) is a readiness matter, not a reason to kill. `failures` probes in a ro
 from __future__ import annotations
 
 import logging
+import ssl
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable
 
@@ -35,19 +36,22 @@ class LivenessSettings(BaseModel):
     failures: int = Field(3, ge=1)            # probes in a row without an answer before the kill
 
 
-def answers(url: str, timeout_s: float) -> bool:
-    """Any HTTP response in time (whatever its status)."""
+def answers(url: str, timeout_s: float, verify: str | bool = True) -> bool:
+    """Any HTTP response in time (whatever its status); `verify`: the CA file for an https URL."""
+    context = ssl.create_default_context(cafile=verify) if isinstance(verify, str) else verify
     try:
-        httpx.get(url, timeout=timeout_s)
+        httpx.get(url, timeout=timeout_s, verify=context)
         return True
     except httpx.HTTPError:
         return False
 
 
 class LivenessProbe:
-    def __init__(self, settings: LivenessSettings, url: Callable[[], str]):
+    def __init__(self, settings: LivenessSettings, url: Callable[[], str],
+                 verify: Callable[[], str | bool] = lambda: True):
         self.settings = settings
         self.url = url
+        self.verify = verify
         self.misses = 0
         self.probes = 0                  # answered or not, since the start
         self._next = 0.0
@@ -70,5 +74,5 @@ class LivenessProbe:
                 return True
         if now >= self._next:
             self._next = now + self.settings.interval_s
-            self._pending = _POOL.submit(answers, self.url(), self.settings.timeout_s)
+            self._pending = _POOL.submit(answers, self.url(), self.settings.timeout_s, self.verify())
         return False

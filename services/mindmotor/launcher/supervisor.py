@@ -29,6 +29,7 @@ from typing import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from mindmotor.common import rpc
 from mindmotor.deployer.backoff import RestartBackoff
 
 from .liveness import LivenessProbe
@@ -74,11 +75,11 @@ class UpMetrics:
         self.up = Gauge("mindmotor_up_service_up", "1 while the service runs and has printed its ready line",
                         ["service"], registry=self.registry)
 
-    def serve(self, host: str, port: int) -> tuple[object, int]:
-        from prometheus_client import start_http_server
+    def serve(self, host: str, port: int, files: tuple[str, str] | None = None) -> tuple[object, int]:
+        """/metrics; over HTTPS with `files` (certificate, key)."""
+        from mindmotor.common.https_side import serve_metrics
 
-        server, _thread = start_http_server(port, addr=host, registry=self.registry)
-        return server, server.server_port
+        return serve_metrics(host, port, self.registry, files=files, sec=rpc.RpcSecurity())
 
 
 class Supervisor:

@@ -137,23 +137,31 @@ class Platform:
     def _service(self, name: str, args, ready_prefix: str, stop_timeout_s: float = 30.0, on_ready=None) -> Service:
         env = {**child_env(name, self.config), **replica_anchor_env(name), **self.tls_env.get(name, {})}
         return Service(name, args, ready_prefix, env=env, stop_timeout_s=stop_timeout_s,
-                       liveness=LivenessProbe(self.config.liveness, self._liveness_url(name)),
+                       liveness=LivenessProbe(self.config.liveness, self._liveness_url(name),
+                                              verify=lambda: self.cluster_ca()),
                        **({"on_ready": on_ready} if on_ready else {}))
 
     def _liveness_url(self, service: str):
         """What the service's own server answers (liveness.py): asked at each probe (ports are
         known once it is ready)."""
         host = self.config.host
-        return {CONTROLLER: lambda: f"http://{host}:{self.ports.controller_admin}/health",
-                COORDINATOR: lambda: f"http://{host}:{self.port}/health",
-                DEPLOYER: lambda: f"http://{host}:{self.ports.deployer_metrics}/metrics"}[service]
+        return {CONTROLLER: lambda: f"https://{host}:{self.ports.controller_admin}/health",
+                COORDINATOR: lambda: f"{self.url}/health",
+                DEPLOYER: lambda: f"https://{host}:{self.ports.deployer_metrics}/metrics"}[service]
+
+    def cluster_ca(self) -> str:
+        """The cluster CA's file: the side ports (controller admin, every /metrics) serve HTTPS
+        with certificates it signed (common/https_side.py)."""
+        return self.tls_env["admin"]["MINDMOTOR_TLS_CA"]
 
     # ---- start ----------------------------------------------------------------------------
     def start(self) -> None:
         cfg, timeout = self.config, self.config.ready_timeout_s
         become_subreaper()          # before any child: the deployer's replicas are then up's (see above)
         self.tls_env = child_environments(self.log_dir)
-        self._metrics_http, self.metrics_port = self.metrics.serve(cfg.host, self.ports.metrics)
+        own = self.tls_env["coordinator"]            # up's /metrics: HTTPS with the coordinator's certificate
+        self._metrics_http, self.metrics_port = self.metrics.serve(
+            cfg.host, self.ports.metrics, files=(own["MINDMOTOR_TLS_CERT"], own["MINDMOTOR_TLS_KEY"]))
         controller = self.supervisor.start(self._service(CONTROLLER, self._controller_args,
                                                          "MINDMOTOR_CONTROLLER_READY"), timeout)
         self.ports.controller = int(controller.ready["port"])
@@ -369,12 +377,13 @@ MindMotor is up: {platform.url}/v1   ({workers} workers; logs in {platform.log_d
 
   API + /metrics      {platform.url}
   controller gRPC     {platform.controller_address}
-  controller admin    http://{cfg.host}:{ports.controller_admin}   (/health, /metrics, /v1/instances)
+  controller admin    https://{cfg.host}:{ports.controller_admin}   (/health, /metrics, /v1/instances)
   deployer gRPC       {platform.deployer_address}
                       mindmotor deploy get {spec.name} --deployer {platform.deployer_address}{token} \\
                         {platform.admin_flags()}
-  deployer /metrics   http://{cfg.host}:{ports.deployer_metrics}/metrics
-  up /metrics         http://{cfg.host}:{platform.metrics_port}/metrics
+  deployer /metrics   https://{cfg.host}:{ports.deployer_metrics}/metrics
+  up /metrics         https://{cfg.host}:{platform.metrics_port}/metrics
+                      (HTTPS with the cluster CA: curl --cacert {platform.cluster_ca()} ...)
   workers             free ports per replica (mindmotor deploy get {spec.name}; the controller's /v1/instances)
 
 Ctrl-C drains and stops everything.

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from prometheus_client import start_http_server
 
 from mindmotor.common import rpc
+from mindmotor.common.https_side import serve_metrics
 from mindmotor.common.lifecycle import stop_requested
 from mindmotor.model.config import CheckpointError
 from mindmotor.protocol import trainer_pb2, trainer_pb2_grpc
@@ -133,7 +133,7 @@ async def serve(port: int, store_root: str | Path, host: str = "127.0.0.1",
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     if metrics_port:
-        start_http_server(metrics_port, addr=host)
+        serve_metrics(host, metrics_port)
     await server.start()
     for name in ("", SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -169,8 +169,9 @@ class WorkerMetrics:
 
     def serve(self, host: str, port: int):
         """Start the /metrics HTTP server on a daemon thread; returns (server, bound port)."""
-        server, _thread = start_http_server(port, addr=host, registry=self.registry)
-        return server, server.server_port
+        from mindmotor.common.https_side import serve_metrics
+
+        return serve_metrics(host, port, self.registry)
 
 
 class RequestTimer:

@@ -1,0 +1,44 @@
+"""HTTPS on a service's HTTP side ports (its Prometheus /metrics port; the controller's admin
+API), with the service's own cluster certificate.
+
+One rule: a process that has cluster TLS material (`--tls-cert/--tls-key`, or
+`MINDMOTOR_TLS_CERT/_KEY`; common/rpc.py) serves every HTTP side port over HTTPS (TLS 1.2+)
+with that certificate and key; without it, plain HTTP as before. Clients verify the server with
+the cluster CA; no client certificate is asked for (Prometheus scrapers and probes have none).
+The coordinator's public API is not a side port: it has its own `--https-cert/--https-key`."""
+
+from __future__ import annotations
+
+import ssl
+
+from prometheus_client import REGISTRY, start_http_server
+
+from mindmotor.common import rpc
+
+
+def side_files(sec: rpc.RpcSecurity | None = None) -> tuple[str, str] | None:
+    """(certificate file, key file) the side ports serve with, or None (plain HTTP)."""
+    sec = rpc.security() if sec is None else sec
+    if sec.cert_path and sec.key_path:
+        return sec.cert_path, sec.key_path
+    return None
+
+
+def scheme(sec: rpc.RpcSecurity | None = None) -> str:
+    return "https" if side_files(sec) else "http"
+
+
+def serve_metrics(host: str, port: int, registry=REGISTRY, files: tuple[str, str] | None = None,
+                  sec: rpc.RpcSecurity | None = None):
+    """prometheus_client's /metrics server on a daemon thread, over HTTPS when there are files
+    (`files`, else the process's cluster certificate); returns (server, bound port)."""
+    files = files if files is not None else side_files(sec)
+    tls = {"certfile": files[0], "keyfile": files[1], "tls_min_version": ssl.TLSVersion.TLSv1_2} if files else {}
+    server, _thread = start_http_server(port, addr=host, registry=registry, **tls)
+    return server, server.server_port
+
+
+def uvicorn_tls(sec: rpc.RpcSecurity | None = None) -> dict[str, str]:
+    """uvicorn.Config keyword arguments for an HTTPS side port ({} for plain HTTP)."""
+    files = side_files(sec)
+    return {"ssl_certfile": files[0], "ssl_keyfile": files[1]} if files else {}
