@@ -144,7 +144,8 @@ def test_a_live_instance_cannot_be_hijacked(mtls_cluster, pki):
             assert code_of(lambda: beats) == grpc.StatusCode.PERMISSION_DENIED
             assert code_of(lambda: stub.Deregister(controller_pb2.DeregisterRequest(instance_id=WORKER_ID),
                                                    timeout=5)) == grpc.StatusCode.PERMISSION_DENIED
-        assert metric(admin_metrics, "mindmotor_controller_registrations_refused_total", mtls_cluster.verify) - before == 4
+        refusals = metric(admin_metrics, "mindmotor_controller_registrations_refused_total", mtls_cluster.verify)
+        assert refusals - before == 4
         assert mtls_cluster.routed_address(tls(pki["coordinator"], ca)) == mtls_cluster.worker
         for i in range(6):
             mtls_cluster.complete(f"secret prompt {i}")
@@ -166,6 +167,10 @@ def test_the_operator_tools_take_an_admin_certificate(mtls_cluster, pki):
     listed = subprocess.run([*run, "deploy", "list", "--deployer", mtls_cluster.deployer, *flags],
                             capture_output=True, text=True, timeout=60)
     assert listed.returncode == 0, listed.stderr
+    plaintext = subprocess.run([*run, "deploy", "list", "--deployer", mtls_cluster.deployer],
+                               capture_output=True, text=True, timeout=60)
+    assert plaintext.returncode == 1 and "the deployer requires TLS client certificates" in plaintext.stderr
+    assert "--tls-ca, --tls-cert and --tls-key" in plaintext.stderr
     without = subprocess.run([*run, "npu-smi", "--worker", mtls_cluster.worker, "--timeout", "3"],
                              capture_output=True, text=True, timeout=60)
     assert without.returncode == 1 and "UNAVAILABLE" in without.stderr

@@ -266,6 +266,20 @@ def _client(args):
                                                 ADMIN_TOKEN_ENV))
 
 
+def _tls_hint(exc) -> str:
+    """Why a plaintext client's connection was closed: a TLS deployer drops it in the handshake
+    ("Socket closed"), which names no cause; nothing listening is "Connection refused" instead."""
+    import grpc
+
+    from mindmotor.common.rpc import security
+
+    details = exc.details() or ""
+    if exc.code() != grpc.StatusCode.UNAVAILABLE or security().tls or "refused" in details.lower():
+        return ""
+    return ("\n  the deployer requires TLS client certificates: give --tls-ca, --tls-cert and --tls-key "
+            "(or MINDMOTOR_TLS_CA/_CERT/_KEY), e.g. the admin certificate of `mindmotor up`'s log directory")
+
+
 def _run(args, call) -> int:
     """Run `call(client)` and print what it returns; a refusal is a message on stderr and exit 1."""
     import grpc
@@ -283,7 +297,7 @@ def _run(args, call) -> int:
         with client:
             result = call(client)
     except grpc.RpcError as exc:
-        print(redact(f"deployer {args.deployer}: {exc.code().name}: {exc.details()}"), file=sys.stderr)
+        print(redact(f"deployer {args.deployer}: {exc.code().name}: {exc.details()}{_tls_hint(exc)}"), file=sys.stderr)
         return EXIT_REFUSED
     except (TimeoutError, CommandFailed) as exc:
         print(str(exc), file=sys.stderr)
