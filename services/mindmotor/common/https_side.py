@@ -24,10 +24,6 @@ def side_files(sec: rpc.RpcSecurity | None = None) -> tuple[str, str] | None:
     return None
 
 
-def scheme(sec: rpc.RpcSecurity | None = None) -> str:
-    return "https" if side_files(sec) else "http"
-
-
 def serve_metrics(host: str, port: int, registry=REGISTRY, files: tuple[str, str] | None = None,
                   sec: rpc.RpcSecurity | None = None):
     """prometheus_client's /metrics server on a daemon thread, over HTTPS when there are files
