@@ -276,8 +276,9 @@ def _tls_hint(exc) -> str:
     details = exc.details() or ""
     if exc.code() != grpc.StatusCode.UNAVAILABLE or security().tls or "refused" in details.lower():
         return ""
-    return ("\n  the deployer requires TLS client certificates: give --tls-ca, --tls-cert and --tls-key "
-            "(or MINDMOTOR_TLS_CA/_CERT/_KEY), e.g. the admin certificate of `mindmotor up`'s log directory")
+    return ("\n  if the deployer requires TLS client certificates (every deployer `mindmotor up` starts does): "
+            "give --tls-ca, --tls-cert and --tls-key (or MINDMOTOR_TLS_CA/_CERT/_KEY), e.g. the admin "
+            "certificate of `mindmotor up`'s log directory")
 
 
 def _run(args, call) -> int:
