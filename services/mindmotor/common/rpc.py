@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextvars
 import hmac
 import inspect
-import ipaddress
 import logging
 import os
 from dataclasses import dataclass, field
@@ -37,6 +36,8 @@ import grpc
 
 from .admin_token import bearer_matches
 from .certs import ROLES, verify_peer
+from .exposure import is_loopback
+from .redact import register_secret
 from .rpc_args import ENV_CA, ENV_CERT, ENV_KEY, ENV_TOKEN, ENV_TOKEN_FILE, add_arguments  # noqa: F401
 
 log = logging.getLogger("mindmotor.rpc")
@@ -120,6 +121,8 @@ class RpcSecurity:
             if all(given) else [None, None, None]
         if all(given):
             _check_pair(*files, cert_path=cert)
+        if token:
+            register_secret(token.strip())          # masked in every log line of this process
         return cls(*files, token=token.strip() if token else None,
                    cert_path=cert if all(given) else None, key_path=key if all(given) else None)
 
@@ -452,14 +455,6 @@ def _wrap(handler: grpc.RpcMethodHandler, gate) -> grpc.RpcMethodHandler:
 
 
 # ---- servers ----------------------------------------------------------------------------------
-def is_loopback(host: str) -> bool:
-    if host in ("localhost",):
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
 
 def _all_guarded(policies: Sequence[Policy], admin_token: str | None) -> bool:
     """Whether an admin token keeps every method of these services from callers without a

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from mindmotor.common.exposure import DEFAULT_HOST
+from mindmotor.common.exposure import DEFAULT_HOST, add_admin_arguments
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -34,13 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="admin HTTP address (default: %(default)s); beyond loopback it needs an admin token")
     net.add_argument("--admin-port", type=int, default=8090,
                      help="admin HTTP port; 0 picks a free one (default: %(default)s)")
-    net.add_argument("--admin-token-file", default=None, metavar="FILE",
-                     help="file holding the bearer token of the admin API (default: $MINDMOTOR_ADMIN_TOKEN; "
-                          "none: open, allowed on loopback only)")
-    net.add_argument("--admin-token", default=None, help="the token itself (discouraged: visible in the "
-                                                         "process list; use $MINDMOTOR_ADMIN_TOKEN or the file)")
-    net.add_argument("--allow-open-admin", action="store_true",
-                     help="serve the admin API beyond loopback without a token (default: refuse to start)")
+    add_admin_arguments(net, "every admin API call")
     from mindmotor.common.rpc_args import add_arguments as add_rpc_arguments
 
     add_rpc_arguments(parser)

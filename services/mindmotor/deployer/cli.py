@@ -23,7 +23,7 @@ import argparse
 import os
 import sys
 
-from mindmotor.common.exposure import DEFAULT_HOST
+from mindmotor.common.exposure import DEFAULT_HOST, add_admin_arguments
 
 EXIT_REFUSED, EXIT_USAGE = 1, 2
 CONTROLLER_TOKEN_ENV = "MINDMOTOR_CONTROLLER_TOKEN"
@@ -48,13 +48,7 @@ def _register_deployer(subparsers) -> None:
     net.add_argument("--port", type=int, default=50070, help="gRPC port; 0 picks a free one (default: %(default)s)")
     net.add_argument("--metrics-port", type=int, default=0,
                      help="Prometheus /metrics port; 0 picks a free one (default: %(default)s)")
-    net.add_argument("--admin-token-file", default=None, metavar="FILE",
-                     help="file holding the bearer token every Deployer call must carry "
-                          "(default: $MINDMOTOR_ADMIN_TOKEN; none: open, allowed on loopback only)")
-    net.add_argument("--admin-token", default=None, help="the token itself (discouraged: visible in the "
-                                                         "process list; use $MINDMOTOR_ADMIN_TOKEN or the file)")
-    net.add_argument("--allow-open-admin", action="store_true",
-                     help="serve beyond loopback without a token (default: refuse to start)")
+    add_admin_arguments(net, "every Deployer call")
     net.add_argument("--log-level", default="INFO", help="(default: %(default)s)")
 
     from mindmotor.common.rpc_args import add_arguments as add_rpc_arguments

@@ -19,6 +19,8 @@ import os
 import sys
 from pathlib import Path
 
+from mindmotor.common.exposure import add_admin_arguments
+
 EXIT_BAD_CONFIG = 2
 
 
@@ -122,12 +124,7 @@ def _register_trainer(subparsers) -> None:
     p.add_argument("--port", type=int, default=50070)
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default: %(default)s); beyond loopback it needs an admin token, TLS or a cluster token")
-    p.add_argument("--admin-token-file", default=None, metavar="FILE",
-                   help="file holding the bearer token every Trainer call must carry (default: "
-                        "$MINDMOTOR_ADMIN_TOKEN; none: open, allowed on loopback only)")
-    p.add_argument("--admin-token", default=None, help="the token itself (discouraged)")
-    p.add_argument("--allow-open-admin", action="store_true",
-                   help="serve beyond loopback without a token (default: refuse to start)")
+    add_admin_arguments(p, "every Trainer call")
     p.add_argument("--store", type=Path, default=Path("checkpoints"), help="checkpoint store directory")
     p.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port")
     from mindmotor.common.rpc_args import add_arguments as add_rpc_arguments
