@@ -7,9 +7,12 @@ processed in global time order: the earliest of the next event and the earliest 
 clock goes first, so an engine only ever starts a step once everything due before it has been
 delivered. A step advances its engine's clock by the step's emulated duration (the engine's
 roofline cost model). Engines step with `step_without_model` (the emulated figures do not depend
-on the token values; the host does not run the model), the KV handover uses the engines' real
-`add_prefilled` / `read_pinned_kv` / `commit_kv` / `release_kv`, and the transfer is priced by the
-cost model (`α + bytes / (η · link bandwidth)`) on the decode instance's device.
+on the token values; the host does not run the model), the KV handover is the engines' real
+continuation path (a prefilled request continues on a decode instance as a `Continuation` with a
+KV source; its scheduler admits it in its turn and starts a KV load; `read_pinned_kv` /
+`finish_kv_load` / `release_kv` complete it), and the transfer, from the end of the step that
+started the load, is priced by the cost model (`α + bytes / (η · link bandwidth)`) on the decode
+instance's device.
 
 Routing is the Coordinator's: least outstanding tokens (prompt + max tokens of the requests an
 instance holds); prefill instances by their outstanding prompt tokens.
@@ -21,6 +24,8 @@ import heapq
 import itertools
 from dataclasses import dataclass, field
 
+from mindmotor.engine.continuation import Continuation, KVSource
+from mindmotor.engine.kv_connector import KVLoad
 from mindmotor.engine.llm_engine import LLMEngine
 
 from benchmarks.common import BenchRequest, RequestRecord, step_without_model
@@ -57,7 +62,8 @@ class ClusterSim:
         self.records: dict[str, RequestRecord] = {}
         self.requests: dict[str, BenchRequest] = {}
         self.holder: dict[str, Instance] = {}        # request id -> the instance that holds it now
-        self.first_tokens: dict[str, int] = {}       # prefilled, KV in transit: request id -> first token
+        self.prefilled_on: dict[str, Instance] = {}  # request id -> the instance pinning its KV
+        self.loads: dict[str, KVLoad] = {}           # request id -> its KV load in transit
         self.transfers_s: list[float] = []
         self.steps = 0
 
@@ -78,7 +84,7 @@ class ClusterSim:
             next_step = min(busy, key=lambda i: i.clock) if busy else None
             if self._events and (next_step is None or self._events[0][0] <= next_step.clock):
                 when, _, kind, rid = heapq.heappop(self._events)
-                (self._arrive if kind == "arrive" else self._hand_over)(rid, when)
+                (self._arrive if kind == "arrive" else self._kv_arrives)(rid, when)
             elif next_step is not None:
                 self._step(next_step)
             else:
@@ -101,23 +107,24 @@ class ClusterSim:
         self._place(rid, target, now, req.prompt_len if self.split else req.prompt_len + req.output_len)
         self.records[rid].admitted_s = now
 
-    def _hand_over(self, rid: str, now: float) -> None:
-        """The KV of a prefilled request reaches a decode instance (its first token is out)."""
+    def _hand_over(self, rid: str, first_token: int, now: float) -> None:
+        """A prefilled request (its first token out) continues on a decode instance."""
         req = self.requests[rid]
         prefill = self.holder[rid]
         prefill.outstanding -= req.prompt_len
+        self.prefilled_on[rid] = prefill
         decode = self._least_loaded("decode")
-        engine = decode.engine
-        params = req.params()
-        first = self.first_tokens.pop(rid)
-        skip = engine.add_prefilled(rid, engine.validate(req.prompt_token_ids, params), first,
-                                    arrival_time=req.arrival_s)
-        if skip is None:
-            engine.prefill_locally(rid)
-        else:
-            engine.commit_kv(rid, prefill.engine.read_pinned_kv(rid, skip))
-        prefill.engine.release_kv(rid)
+        decode.engine.add_request(rid, req.prompt_token_ids, req.params(), arrival_time=req.arrival_s,
+                                  continuation=Continuation((first_token,), 0, KVSource(prefill.name, rid)))
         self._place(rid, decode, now, req.prompt_len + req.output_len)
+
+    def _kv_arrives(self, rid: str, now: float) -> None:
+        """A KV load is done: the decode instance has the prompt's KV; the pin is released."""
+        prefill, load = self.prefilled_on.pop(rid), self.loads.pop(rid)
+        decode = self.holder[rid]
+        decode.engine.finish_kv_load(rid, prefill.engine.read_pinned_kv(rid, load.skip_blocks))
+        prefill.engine.release_kv(rid)
+        decode.clock = max(decode.clock, now)
 
     def _place(self, rid: str, instance: Instance, now: float, cost: int) -> None:
         self.holder[rid] = instance
@@ -142,16 +149,18 @@ class ClusterSim:
                 rec.first_token_s = now
             rec.num_output_tokens += len(out.new_token_ids)
             if out.finish_reason == "prefilled":
-                self.first_tokens[out.request_id] = out.new_token_ids[0]
-                transfer = self._transfer_seconds(out.num_prompt_tokens)
-                self.transfers_s.append(transfer)
-                self._push(now + transfer, "handover", out.request_id)
+                self._hand_over(out.request_id, out.new_token_ids[0], now)
             elif out.finished:
                 rec.finished_s = now
                 req = self.requests[out.request_id]
                 instance.outstanding -= req.prompt_len + req.output_len
             if self.progress is not None and out.new_token_ids:
                 self.progress.update(len(out.new_token_ids))
+        for load in instance.engine.take_kv_loads():       # continuations this step admitted
+            transfer = self._transfer_seconds(load.num_tokens)
+            self.transfers_s.append(transfer)
+            self.loads[load.request_id] = load
+            self._push(now + transfer, "kv", load.request_id)
 
     def _transfer_seconds(self, num_tokens: int) -> float:
         return self.role("decode")[0].engine.device.cost_model.kv_transfer_seconds(num_tokens, self.link)

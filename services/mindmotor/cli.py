@@ -15,7 +15,7 @@ import sys
 # Modules that contribute subcommands. A module that does not exist yet is skipped.
 COMMAND_MODULES = [
     "mindmotor.worker.cli",        # worker
-    "mindmotor.device.cli",        # npu-smi
+    "mindmotor.npu_smi_cli",        # npu-smi
     "mindmotor.device.emulate_cli",  # emulate step
     "mindmotor.simulator.cli",     # simulate
     "mindmotor.trainer.cli",       # train, trainer, debug compare

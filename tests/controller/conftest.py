@@ -8,6 +8,8 @@ leader lease 1 s.
 
 from __future__ import annotations
 
+from mindmotor.common.roles import Role
+
 import asyncio
 import os
 import signal
@@ -179,7 +181,7 @@ class FakeInstance:
         self.roles: list[str] = []
         registration = controller_pb2.RegisterRequest(
             instance_id=instance_id, address=fields.pop("address", f"127.0.0.1:{free_port()}"), model=model,
-            role=role, device="910B3", max_model_len=2048, block_size=16, **fields)
+            role=Role(role).to_proto(), device="910B3", max_model_len=2048, block_size=16, **fields)
         self.agent = InstanceAgent(controllers, registration, load=lambda: self.load,
                                    on_drain=self._drain, on_set_role=self._set_role)
 

@@ -3,6 +3,8 @@ the Watch stream, failure reports and commands, seen through the routing table."
 
 from __future__ import annotations
 
+from mindmotor.common.roles import Role
+
 import time
 
 import grpc
@@ -69,7 +71,7 @@ async def test_watch_streams_a_new_version_on_every_change(spawn_controller, mak
     assert ready.version > registered.version or state_of(registered, "a") == "ready"
     info = ready.instances[0]
     assert (info.model, info.deployment, info.version, info.weight, info.role, info.block_size) == \
-        ("m1", "d", "v2", 3.0, "mixed", 16)
+        ("m1", "d", "v2", 3.0, Role.MIXED.to_proto(), 16)
 
     b = await make_instance(ctrl.address, "b", model="m2")
     filtered = await make_watcher(ctrl.address, model="m2")
@@ -121,7 +123,7 @@ async def test_drain_and_set_role_commands(spawn_controller, make_instance, make
 
     response = ctrl.post("/v1/instances/a/role", {"role": "prefill"})
     assert response.status_code == 200
-    table = await watcher.wait_for(lambda t: t.instances and t.instances[0].role == "prefill", timeout=3)
+    table = await watcher.wait_for(lambda t: t.instances and t.instances[0].role == Role.PREFILL.to_proto(), timeout=3)
     assert a.roles == ["prefill"] and table.instances[0].routable
 
     response = ctrl.post("/v1/instances/a/drain", {"reason": "rollout"})
@@ -148,7 +150,7 @@ async def test_grpc_contract_edges(spawn_controller):
             pytest.approx((0.2, 0.6, 1.5))
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await stub.Register(controller_pb2.RegisterRequest(instance_id="x", address="h:1", model="m",
-                                                               role="teacher"))
+                                                               role=99))
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "role" in err.value.details()
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await stub.Register(controller_pb2.RegisterRequest(instance_id="x", model="m"))

@@ -9,6 +9,8 @@ virtual timing) whose own measured latencies miss a deliberately tiny TTFT targe
 
 from __future__ import annotations
 
+from mindmotor.common.roles import Role
+
 import asyncio
 import re
 
@@ -79,7 +81,7 @@ async def test_sustained_ttft_miss_turns_a_decode_instance_into_prefill(spawn_pd
         slow_prefill(instance)
 
     table = await watcher.wait_for(
-        lambda t: {(i.instance_id, i.role, i.state) for i in t.instances} >=
+        lambda t: {(i.instance_id, Role.from_proto(i.role), i.state) for i in t.instances} >=
         {("p0", "prefill", "ready"), ("d0", "prefill", "ready"), ("d1", "decode", "ready")}, timeout=10)
     assert d0.roles == ["prefill"] and d1.roles == [] and p0.roles == []
     assert len(table.instances) == 3
@@ -148,7 +150,7 @@ def test_real_workers_report_latency_and_obey_the_switch(spawn_pd_controller, ti
             req = pb.GenerateRequest(prompt_text="measure me", sampling=pb.SamplingParams(temperature=0, max_tokens=4))
             assert sum(len(c.token_ids) for c in stub.Generate(req, timeout=30)) == 4
 
-        switched = _wait(lambda: [w for w in ("d0", "d1") if stubs[w].Status(pb.StatusRequest()).role == "prefill"])
+        switched = _wait(lambda: [w for w in ("d0", "d1") if stubs[w].Status(pb.StatusRequest()).role == Role.PREFILL.to_proto()])
         assert len(switched) == 1
         _wait(lambda: roles(ctrl)[switched[0]] == "prefill" and ctrl.instances()[switched[0]]["state"] == "ready")
         record = ctrl.instances()["p0"]

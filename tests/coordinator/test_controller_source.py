@@ -3,6 +3,8 @@ this coordinator sees are reported back."""
 
 from __future__ import annotations
 
+from mindmotor.common.roles import Role
+
 import asyncio
 
 from mindmotor.coordinator.controller_source import ControllerSource, view_from_info
@@ -11,7 +13,7 @@ from mindmotor.protocol import controller_pb2 as cpb
 
 
 def info(instance_id: str, **fields) -> cpb.InstanceInfo:
-    defaults = dict(address=f"{instance_id}:1", model="m", role="mixed", routable=True, block_size=16,
+    defaults = dict(address=f"{instance_id}:1", model="m", role=Role.MIXED.to_proto(), routable=True, block_size=16,
                     max_model_len=1024)
     return cpb.InstanceInfo(instance_id=instance_id, **{**defaults, **fields})
 

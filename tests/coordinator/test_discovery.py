@@ -7,6 +7,8 @@ instance serves is learnt again or forgotten."""
 
 from __future__ import annotations
 
+from mindmotor.common.roles import Role
+
 import json
 import re
 import shutil
@@ -195,7 +197,7 @@ class FlakyWorker(worker_pb2_grpc.WorkerServicer):
 
     def Status(self, request, context):
         return pb.StatusResponse(worker_id="flaky", model="flaky", max_model_len=1024, block_size=16,
-                                 role="mixed", state="serving")
+                                 role=Role.MIXED.to_proto(), state="serving")
 
     def ModelInfo(self, request, context):
         self.calls.append(time.monotonic())

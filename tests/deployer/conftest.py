@@ -23,7 +23,7 @@ from mindmotor.common.waiting import wait_until
 from mindmotor.deployer.client import DeployerClient
 from mindmotor.deployer.spec import parse_spec
 from mindmotor.launcher.process import ChildProcess
-from mindmotor.trainer.manifest import build_manifest, write_manifest
+from mindmotor.model.manifest import build_manifest, write_manifest
 
 REDIS_URL = os.environ.get("MINDMOTOR_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 FAST_CONTROLLER = ["--heartbeat-interval", "0.2", "--suspect-misses", "3", "--dead-after", "1.5",

@@ -6,7 +6,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
-from mindmotor.device import cli
+from mindmotor import npu_smi_cli as cli
 from mindmotor.device.emulated_device import EmulatedDevice
 from mindmotor.device.npu_smi import format_npu_smi
 

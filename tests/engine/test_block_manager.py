@@ -17,13 +17,12 @@ def seq(rid: str, tokens: list[int]) -> Sequence:
 
 
 def admit(bm: BlockManager, s: Sequence) -> int:
-    """Prefix lookup + allocation + 'compute' the whole prompt, as the scheduler and engine do."""
-    hits = bm.get_computed_blocks(s)
-    assert bm.allocate_slots(s, s.num_tokens - len(hits) * BS, hits)
-    bm.record_prefix_lookup(s.num_tokens, len(hits) * BS)
+    """Admit (prefix lookup + allocation) and 'compute' the whole prompt, as the scheduler does."""
+    admission = bm.admit(s, lambda n: n)
+    assert admission is not None and admission.num_new_tokens == s.num_tokens - admission.num_cached_tokens
     s.num_computed_tokens = s.num_tokens
     bm.cache_blocks(s)
-    return len(hits)
+    return admission.num_cached_tokens // BS
 
 
 def test_low_ids_first_and_free_returns_them():
@@ -102,9 +101,9 @@ def test_reviving_a_cached_block_counts_against_free_blocks():
     admit(bm, a)
     bm.free(a)                                  # 2 cached-evictable + 1 fresh = 3 free
     b = seq("b", list(range(8)) + list(range(50, 58)))   # hits 2 blocks, needs 2 more: 4 > 3
-    hits = bm.get_computed_blocks(b)
-    assert hits == [0, 1]
-    assert not bm.allocate_slots(b, 8, hits)
+    assert bm.get_computed_blocks(b) == [0, 1]
+    assert bm.admit(b, lambda n: n) is None
+    assert b.block_table == [] and bm.prefix_queries == 8    # nothing changed, nothing counted
     bm.check_invariants([])
     assert bm.num_free_blocks == 3
 

@@ -95,8 +95,7 @@ def seq(rid: str, tokens) -> Sequence:
 
 
 def admit(bm: BlockManager, s: Sequence) -> bool:
-    hits = bm.get_computed_blocks(s)
-    if not bm.allocate_slots(s, s.num_tokens - len(hits) * BS, hits):
+    if bm.admit(s, lambda n: n) is None:
         return False
     s.num_computed_tokens = s.num_tokens
     bm.cache_blocks(s)

@@ -10,6 +10,7 @@ import asyncio
 import pytest
 
 from mindmotor.common.waiting import wait_until
+from mindmotor.engine.continuation import Continuation, KVSource
 from mindmotor.engine.async_engine import AsyncLLMEngine, EngineDeadError, RequestFailed
 from mindmotor.engine.config import EngineConfig
 from mindmotor.engine.llm_engine import MAX_STEP_FAILURES, EngineBroken, LLMEngine, RequestError
@@ -207,9 +208,10 @@ def test_the_async_engine_survives_per_request_failures(tiny_ckpt):
             await collect("pinned", [8, 9], SamplingParams(max_tokens=4))
         with pytest.raises(RequestFailed, match="RuntimeError: injected"):
             await collect("poison", [11, 12], SamplingParams(max_tokens=4))
-        with pytest.raises(RequestError, match="the first token already finishes"):
-            await engine.add_prefilled("decode", [13, 14], SamplingParams(max_tokens=1), first_token=15)
-        assert await engine.call(lambda e: e.release_kv("pinned"))
+        with pytest.raises(RequestError, match="nothing is left to generate"):
+            await collect("decode", [13, 14], SamplingParams(max_tokens=1),
+                          continuation=Continuation((15,), 0, KVSource("p:1", "h")))
+        assert await engine.release_kv("pinned")
         return await long
 
     try:

@@ -1,4 +1,4 @@
-"""A request resumed after output produced elsewhere (`ResumedPrompt`: its instance failed) goes on
+"""A request resumed after output produced elsewhere (a `Continuation` without KV: its instance failed) goes on
 exactly as an undisturbed run: the same seeded draws, penalties and token limits over the whole
 output, the text after what the client already has — also through preemption; bad resumed input
 is refused."""
@@ -10,7 +10,8 @@ import pytest
 
 from mindmotor.common.tokenizer import Tokenizer
 from mindmotor.engine.config import EngineConfig
-from mindmotor.engine.llm_engine import LLMEngine, RequestError, ResumedPrompt
+from mindmotor.engine.continuation import Continuation
+from mindmotor.engine.llm_engine import LLMEngine, RequestError
 from mindmotor.engine.output import OutputProcessor, RequestOutput
 from mindmotor.engine.sampling_params import SamplingParams
 from mindmotor.engine.sequence import Sequence
@@ -53,7 +54,8 @@ def resume(engine: LLMEngine, rid: str, prompt: list[int], undisturbed: list[Req
            params: SamplingParams) -> None:
     """Resume after the first k outputs of an undisturbed run (one token each), with the text its
     client was sent."""
-    engine.add_request(rid, ResumedPrompt(prompt, tokens(undisturbed[:k]), len(text(undisturbed[:k]))), params)
+    engine.add_request(rid, prompt, params,
+                       continuation=Continuation(tokens(undisturbed[:k]), len(text(undisturbed[:k]))))
 
 
 @pytest.mark.parametrize("k", [1, 6, 19, MAX_TOKENS - 1])
@@ -125,7 +127,7 @@ def test_min_tokens_counts_the_resumed_output(engines):
     assert stop not in base[:3], "choose a prompt whose 4th greedy token is new"
     params = SamplingParams(stop_token_ids=[stop], min_tokens=3, **greedy)
 
-    engine.add_request("r", ResumedPrompt(prompt, base[:2]), params)
+    engine.add_request("r", prompt, params, continuation=Continuation(base[:2]))
     resumed = run(engine)["r"]
 
     assert tokens(resumed) == base[2:4]
@@ -219,20 +221,21 @@ def test_held_back_text_is_released_or_cut_at_a_stop_string_after_the_move(tok):
 
 # ---- validation ------------------------------------------------------------------------------
 @pytest.mark.parametrize("output, max_tokens, sent_chars, message", [
-    ([1, 4000], 8, 0, r"resumed output token ids \[4000\] are outside the vocabulary"),
-    ([1, -2], 8, 0, r"resumed output token ids \[-2\]"),
-    ([1, 2, 3], 3, 0, "the resumed output has 3 tokens, but max_tokens is 3"),
+    ([1, 4000], 8, 0, r"continuation output token ids \[4000\] are outside the vocabulary"),
+    ([1, -2], 8, 0, r"continuation output token ids \[-2\]"),
+    ([1, 2, 3], 3, 0, "the output so far has 3 tokens, but max_tokens is 3"),
     ([5] * 20, None, 0, "fill this model's maximum context length"),
-    ([5, 6], 8, 10**6, r"sent_chars \(1000000\) is outside the resumed output's text"),
+    ([5, 6], 8, 10**6, r"sent_chars \(1000000\) is outside the text of the output so far"),
 ])
 def test_bad_resumed_output_is_refused(engines, output, max_tokens, sent_chars, message):
     engine = engines(num_blocks=8)                                   # context: 32 tokens
     with pytest.raises(RequestError, match=message):
-        engine.validate(ResumedPrompt([7] * 12, output, sent_chars), SamplingParams(max_tokens=max_tokens))
+        engine.validate([7] * 12, SamplingParams(max_tokens=max_tokens), Continuation(output, sent_chars))
 
 
-def test_validate_returns_the_resumed_prompt_tokenized(engines):
+def test_validate_returns_the_prompt_tokenized_with_its_continuation(engines):
     engine = engines()
-    (validated, params) = engine.validate(ResumedPrompt("hello", (3, 4)), SamplingParams(max_tokens=None))
-    assert validated == ResumedPrompt(engine.tokenizer.encode("hello"), [3, 4], 0)
-    assert params.max_tokens == engine.max_model_len - len(validated.prompt)
+    validated = engine.validate("hello", SamplingParams(max_tokens=None), Continuation((3, 4)))
+    assert validated.prompt_token_ids == engine.tokenizer.encode("hello")
+    assert validated.continuation == Continuation((3, 4), 0)
+    assert validated.params.max_tokens == engine.max_model_len - len(validated.prompt_token_ids)

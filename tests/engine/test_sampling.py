@@ -42,7 +42,7 @@ def test_request_errors(llm):
         engine.validate([1, 2], SamplingParams(stop_token_ids=[10**6]))
     with pytest.raises(RequestError, match="outside the vocabulary"):
         engine.validate([1, -3], SamplingParams())
-    ids, params = engine.validate([1, 2], SamplingParams(max_tokens=None))
+    params = engine.validate([1, 2], SamplingParams(max_tokens=None)).params
     assert params.max_tokens == engine.max_model_len - 2
 
 

@@ -13,7 +13,8 @@ import pytest
 
 from mindmotor import LLM, SamplingParams
 from mindmotor.engine.grammar import Constraint
-from mindmotor.engine.llm_engine import RequestError, ResumedPrompt
+from mindmotor.engine.continuation import Continuation
+from mindmotor.engine.llm_engine import RequestError
 
 SCHEMA = {
     "type": "object",
@@ -95,11 +96,11 @@ def test_preemption_and_resumption_keep_the_output(tiny_ckpt, llm):
     assert all(o.token_ids == whole.token_ids for o in crowded)
     # moved after 5 tokens: the other instance rebuilds the grammar from them
     engine = llm.engine
-    engine.add_request("moved", ResumedPrompt(prompt, whole.token_ids[:5]), params)
+    engine.add_request("moved", prompt, params, continuation=Continuation(whole.token_ids[:5]))
     rest = []
     while engine.has_unfinished_requests():
         for out in engine.step():
             rest.extend(out.new_token_ids)
     assert whole.token_ids[:5] + rest == whole.token_ids
     with pytest.raises(RequestError, match="structured output"):
-        engine.add_request("wrong", ResumedPrompt(prompt, [llm.tokenizer.encode("zz")[0]] * 3), params)
+        engine.add_request("wrong", prompt, params, continuation=Continuation([llm.tokenizer.encode("zz")[0]] * 3))

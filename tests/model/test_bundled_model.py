@@ -9,7 +9,7 @@ import json
 from mindmotor import LLM, SamplingParams
 from mindmotor.model.checkpoint import BUNDLED_MODEL_DIR, resolve_model_dir
 from mindmotor.model.config import LlamaConfig
-from mindmotor.trainer.manifest import verify_checkpoint
+from mindmotor.model.manifest import verify_checkpoint
 
 
 def test_bundled_checkpoint_is_complete_and_verified():

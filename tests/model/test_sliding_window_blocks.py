@@ -65,5 +65,5 @@ def test_a_pinned_prefill_keeps_its_whole_prompt_kv(tmp_path):
     while engine.has_unfinished_requests():
         engine.step()
     kv = engine.read_pinned_kv("p")
-    pinned = engine.pins.get("p")
+    pinned = engine.scheduler.kv.pinned("p")
     assert NO_BLOCK not in pinned.block_table and kv.k.shape[1] == -(-len(prompt) // BS)

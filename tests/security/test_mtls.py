@@ -7,6 +7,8 @@ refusal the platform serves as before."""
 
 from __future__ import annotations
 
+from mindmotor.common.roles import Role
+
 import socket
 import ssl
 import subprocess
@@ -56,7 +58,7 @@ def test_callers_without_a_valid_cluster_certificate_get_nothing(mtls_cluster, p
     with rpc.channel(mtls_cluster.worker, sec=sec) as channel:
         worker = worker_pb2_grpc.WorkerStub(channel)
         for call in (lambda: worker.Drain(worker_pb2.DrainRequest(), timeout=5),
-                     lambda: worker.SetRole(worker_pb2.SetRoleRequest(role="prefill"), timeout=5),
+                     lambda: worker.SetRole(worker_pb2.SetRoleRequest(role=Role.PREFILL.to_proto()), timeout=5),
                      lambda: worker.Generate(GENERATE, timeout=5)):
             assert code_of(call) == grpc.StatusCode.UNAVAILABLE       # refused in the TLS handshake
     with rpc.channel(mtls_cluster.controller, sec=sec) as channel:
@@ -65,7 +67,7 @@ def test_callers_without_a_valid_cluster_certificate_get_nothing(mtls_cluster, p
                                                      timeout=5)) == grpc.StatusCode.UNAVAILABLE
     admin = tls(pki["admin"], ca)
     status = mtls_cluster.worker_status(admin)
-    assert (status.state, status.role) == ("serving", "mixed")
+    assert (status.state, status.role) == ("serving", Role.MIXED.to_proto())
     assert mtls_cluster.routed_address(tls(pki["coordinator"], ca)) == mtls_cluster.worker
     assert mtls_cluster.complete()["choices"][0]["text"] is not None
 
@@ -78,7 +80,7 @@ def test_the_wrong_role_is_refused_and_counted(mtls_cluster, pki):
     with rpc.channel(mtls_cluster.worker, sec=coordinator) as channel:
         worker = worker_pb2_grpc.WorkerStub(channel)
         for call in (lambda: worker.Drain(worker_pb2.DrainRequest(), timeout=5),
-                     lambda: worker.SetRole(worker_pb2.SetRoleRequest(role="prefill"), timeout=5)):
+                     lambda: worker.SetRole(worker_pb2.SetRoleRequest(role=Role.PREFILL.to_proto()), timeout=5)):
             try:
                 call()
                 raise AssertionError("a coordinator drained or switched a worker")
@@ -101,7 +103,7 @@ def test_the_wrong_role_is_refused_and_counted(mtls_cluster, pki):
                     code="PERMISSION_DENIED")
     assert after - before == 2
     status = mtls_cluster.worker_status(tls(pki["admin"], ca))
-    assert (status.state, status.role) == ("serving", "mixed")
+    assert (status.state, status.role) == ("serving", Role.MIXED.to_proto())
 
 
 class FakeWorker(worker_pb2_grpc.WorkerServicer):

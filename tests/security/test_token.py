@@ -5,6 +5,8 @@ with no credential at all refuses to start. After each refusal the platform serv
 
 from __future__ import annotations
 
+from mindmotor.common.roles import Role
+
 import subprocess
 import sys
 
@@ -26,7 +28,7 @@ def test_calls_without_the_cluster_token_are_refused(token_cluster, token):
     with rpc.channel(token_cluster.worker, sec=sec) as channel:
         worker = worker_pb2_grpc.WorkerStub(channel)
         for call in (lambda: worker.Drain(worker_pb2.DrainRequest(), timeout=5),
-                     lambda: worker.SetRole(worker_pb2.SetRoleRequest(role="prefill"), timeout=5),
+                     lambda: worker.SetRole(worker_pb2.SetRoleRequest(role=Role.PREFILL.to_proto()), timeout=5),
                      lambda: worker.Generate(GENERATE, timeout=5),
                      lambda: worker.Status(worker_pb2.StatusRequest(), timeout=5)):
             try:
@@ -43,7 +45,7 @@ def test_calls_without_the_cluster_token_are_refused(token_cluster, token):
     assert metric(token_cluster.worker_metrics, "mindmotor_rpc_refused_total", code="UNAUTHENTICATED") - before == 4
     member = rpc.RpcSecurity(token=TOKEN)
     status = token_cluster.worker_status(member)
-    assert (status.state, status.role) == ("serving", "mixed")
+    assert (status.state, status.role) == ("serving", Role.MIXED.to_proto())
     assert token_cluster.routed_address(member) == token_cluster.worker
     token_cluster.complete()
 

@@ -69,7 +69,7 @@ def test_pd_handoff_prices_the_kv_transfer_and_frees_every_block():
     assert first.finished_s == pytest.approx(first.first_token_s + transfer + decode)
     assert res.handoffs == 1 and not second.handoff               # one output token: nothing to hand off
     for inst in res.instances:
-        assert inst.block_manager.num_free_blocks == inst.block_manager.num_blocks and not inst.pinned
+        assert inst.block_manager.num_free_blocks == inst.block_manager.num_blocks and inst.scheduler.kv.num_pinned == 0
 
 
 def test_routing_policies_spread_the_load():

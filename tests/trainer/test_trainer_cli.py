@@ -18,7 +18,7 @@ def mindmotor(*args: str) -> subprocess.CompletedProcess:
 
 def test_importing_the_commands_does_not_import_torch():
     code = ("import sys, mindmotor.trainer.cli, mindmotor.trainer.service, "
-            "mindmotor.trainer.manifest; assert 'torch' not in sys.modules, 'torch imported'")
+            "mindmotor.model.manifest; assert 'torch' not in sys.modules, 'torch imported'")
     assert subprocess.run([PYTHON, "-c", code], capture_output=True).returncode == 0
 
 
@@ -57,7 +57,7 @@ def test_checkpoints_verify_list_and_promote(trained, tmp_path):
 
 
 def test_bundle_makes_a_verified_serving_only_copy(trained, tmp_path):
-    from mindmotor.trainer.manifest import verify_checkpoint
+    from mindmotor.model.manifest import verify_checkpoint
 
     store, result = trained
     destination = tmp_path / "demo"
@@ -76,7 +76,7 @@ def test_bundle_in_bfloat16_halves_the_weights_and_still_serves(trained, tmp_pat
 
     from mindmotor.model.llama import LlamaModel
     from mindmotor.model.safetensors_io import read_header
-    from mindmotor.trainer.manifest import verify_checkpoint
+    from mindmotor.model.manifest import verify_checkpoint
 
     store, result = trained
     destination = tmp_path / "demo-bf16"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mindmotor.trainer.manifest import verify_checkpoint
+from mindmotor.model.manifest import verify_checkpoint
 from mindmotor.trainer.testing import read_events, run_cli, tiny_overrides
 
 TRAIN_ARGS = ["--preset", "tiny", "--no-progress"]

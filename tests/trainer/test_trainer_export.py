@@ -11,7 +11,7 @@ from safetensors.numpy import load_file
 
 from mindmotor.common.tokenizer import EOS_TOKEN, Tokenizer
 from mindmotor.model.config import CheckpointError, LlamaConfig
-from mindmotor.trainer.manifest import (MANIFEST_NAME, CheckpointIntegrityError, file_sha256,
+from mindmotor.model.manifest import (MANIFEST_NAME, CheckpointIntegrityError, file_sha256,
                                         verify_checkpoint)
 from mindmotor.trainer.store import CheckpointStore
 

@@ -13,7 +13,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from mindmotor.protocol import trainer_pb2, trainer_pb2_grpc
-from mindmotor.trainer.manifest import verify_checkpoint
+from mindmotor.model.manifest import verify_checkpoint
 from mindmotor.trainer.testing import PYTHON, free_port, stop_process, tiny_overrides, wait_for
 
 State = trainer_pb2.JobState

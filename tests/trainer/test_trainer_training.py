@@ -43,7 +43,7 @@ def test_resume_continues_the_uninterrupted_loss_trajectory(trained, corpus_dir,
     assert len(resumed) == 8
     assert max(abs(a - b) for a, b in zip(resumed, uninterrupted.losses)) <= 1e-6
     assert part2.val_losses[8] == pytest.approx(uninterrupted.val_losses[8], abs=1e-6)
-    from mindmotor.trainer.manifest import read_manifest
+    from mindmotor.model.manifest import read_manifest
     assert read_manifest(tmp_path / "part2-step000008")["parent"] == "part1-step000003"
 
 

@@ -16,14 +16,13 @@ MAX_MODEL_LEN = 1024          # the tiny checkpoint's context
 
 def resumed(req: pb.GenerateRequest, token_ids: list[int], sent_chars: int = 0) -> pb.GenerateRequest:
     """`req` continuing after `token_ids` produced elsewhere."""
-    req.resumed.token_ids.extend(token_ids)
-    req.resumed.sent_chars = sent_chars
+    req.continuation.output_token_ids.extend(token_ids)
+    req.continuation.sent_chars = sent_chars
     return req
 
 
-def remote_prefilled_and_resumed() -> pb.GenerateRequest:
-    req = resumed(request([5, 6, 7], max_tokens=8), [9])
-    req.remote_prefill.CopyFrom(pb.RemotePrefill(address="127.0.0.1:1", handle="h", first_token_id=9))
+def with_kv_source(req: pb.GenerateRequest, **source) -> pb.GenerateRequest:
+    req.continuation.kv_source.CopyFrom(pb.KVSource(**source))
     return req
 
 
@@ -46,15 +45,20 @@ CASES = {
     "frequency penalty": (request("hi", frequency_penalty=-3.0), "frequency_penalty must be in [-2, 2]"),
     "too many logprobs": (request("hi", logprobs=21), "logprobs must be in [0, 20], got 21"),
     "empty stop string": (request("hi", stop=[""]), "stop strings must be non-empty"),
-    "resumed ids outside the vocabulary": (
-        resumed(request("hi", max_tokens=8), [3, 100000]), "resumed output token ids [100000] are outside"),
-    "resumed output reaching max_tokens": (
-        resumed(request("hi", max_tokens=2), [3, 4]), "the resumed output has 2 tokens, but max_tokens is 2"),
-    "prompt plus resumed output filling the context": (
+    "continuation ids outside the vocabulary": (
+        resumed(request("hi", max_tokens=8), [3, 100000]), "continuation output token ids [100000] are outside"),
+    "continuation output reaching max_tokens": (
+        resumed(request("hi", max_tokens=2), [3, 4]), "the output so far has 2 tokens, but max_tokens is 2"),
+    "prompt plus continuation output filling the context": (
         resumed(request([5] * 1000), [6] * 24), "fill this model's maximum context length of 1024 tokens"),
-    "resumed sent_chars beyond its text": (
+    "continuation sent_chars beyond its text": (
         resumed(request("hi", max_tokens=8), [3], sent_chars=500), "sent_chars (500) is outside"),
-    "remote-prefilled and resumed": (remote_prefilled_and_resumed(), "either remote-prefilled or resumed"),
+    "KV source without its first token": (
+        with_kv_source(request([5, 6, 7], max_tokens=8), address="127.0.0.1:1", handle="h"),
+        "carries the first token made with that KV"),
+    "KV source without a handle": (
+        with_kv_source(resumed(request([5, 6, 7], max_tokens=8), [9]), address="127.0.0.1:1"),
+        "needs the address and handle"),
 }
 
 

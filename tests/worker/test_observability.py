@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from mindmotor.common.roles import Role
+
 import urllib.request
 
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
-from mindmotor.device.cli import snapshots_from_metrics
+from mindmotor.npu_smi_cli import snapshots_from_metrics
 from mindmotor.device.npu_smi import format_npu_smi
 from mindmotor.protocol import worker_pb2 as pb
 from mindmotor.worker.client import fetch_status
@@ -44,7 +46,7 @@ def test_status_fields(served, tiny_model):
 
     assert status.model == tiny_model.name
     assert status.max_model_len == 1024 and status.block_size == 16
-    assert status.role == "mixed" and status.state == "serving" and status.timing == "virtual"
+    assert status.role == Role.MIXED.to_proto() and status.state == "serving" and status.timing == "virtual"
     assert status.worker_id
     load = status.load
     assert load.running == 0 and load.waiting == 0 and load.in_flight == 0

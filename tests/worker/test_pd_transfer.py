@@ -1,10 +1,12 @@
 """The prefill/decode split between two real worker processes: Prefill on one, Generate with
-`remote_prefill` on the other (which pulls the KV worker-to-worker) — greedy tokens and text
+a continuation with a `kv_source` on the other (which pulls the KV worker-to-worker) — greedy tokens and text
 identical to a mixed worker; a failed pull falls back to prefilling on the decode worker; a prefill
 worker that dies after the handover does not disturb the stream; pins are released or expire;
 roles switch at run time."""
 
 from __future__ import annotations
+
+from mindmotor.common.roles import Role
 
 import grpc
 import pytest
@@ -27,9 +29,10 @@ def prefill(worker, prompt=PROMPT, **sampling) -> pb.PrefillResponse:
 
 def decode_request(first: pb.PrefillResponse, address: str, handle: str | None = None, **sampling):
     req = request(list(first.prompt_token_ids), **{**SAMPLING, **sampling})
-    req.remote_prefill.CopyFrom(pb.RemotePrefill(
-        address=address, handle=first.handle if handle is None else handle, first_token_id=first.token_ids[0],
-        sent_chars=len(first.text), node=first.node))
+    req.continuation.output_token_ids.append(first.token_ids[0])
+    req.continuation.sent_chars = len(first.text)
+    req.continuation.kv_source.CopyFrom(pb.KVSource(
+        address=address, handle=first.handle if handle is None else handle, node=first.node))
     return req
 
 
@@ -55,7 +58,7 @@ def pd_pair(start_worker):
 
 def test_split_equals_mixed_and_survives_the_prefill_worker_dying(pd_pair, reference):
     p, d = pd_pair
-    assert p.stub.Status(pb.StatusRequest(), timeout=5).role == "prefill"
+    assert p.stub.Status(pb.StatusRequest(), timeout=5).role == Role.PREFILL.to_proto()
     first = prefill(p)
     assert first.handle and not first.finish_reason and first.num_blocks > 0
     assert p.stub.Status(pb.StatusRequest(), timeout=5).load.kv_pinned == 1
@@ -107,14 +110,16 @@ def test_first_token_that_finishes_returns_no_handle(worker):
 
 
 def test_set_role_switches_after_draining(worker):
-    response = worker.stub.SetRole(pb.SetRoleRequest(role="decode"), timeout=10)
+    response = worker.stub.SetRole(pb.SetRoleRequest(role=Role.DECODE.to_proto()), timeout=10)
     try:
-        assert (response.previous_role, response.role, response.drained) == ("mixed", "decode", True)
+        assert (Role.from_proto(response.previous_role), Role.from_proto(response.role), response.drained) == \
+            (Role.MIXED, Role.DECODE, True)
         status = worker.stub.Status(pb.StatusRequest(), timeout=5)
-        assert status.role == "decode" and status.state == "serving"
+        assert Role.from_proto(status.role) == Role.DECODE and status.state == "serving"
         assert metric(worker, 'mindmotor_worker_role{role="decode"}') == 1
     finally:
-        worker.stub.SetRole(pb.SetRoleRequest(role="mixed"), timeout=10)
-    with pytest.raises(grpc.RpcError) as err:
-        worker.stub.SetRole(pb.SetRoleRequest(role="chef"), timeout=10)
-    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        worker.stub.SetRole(pb.SetRoleRequest(role=Role.MIXED.to_proto()), timeout=10)
+    for unknown in (0, 99):                     # ROLE_UNSPECIFIED, a value this version does not know
+        with pytest.raises(grpc.RpcError) as err:
+            worker.stub.SetRole(pb.SetRoleRequest(role=unknown), timeout=10)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "role" in err.value.details()

@@ -1,4 +1,4 @@
-"""Generate with `resumed` (the request's instance failed after producing some output): the stream
+"""Generate with a `continuation` (the request's instance failed after producing some output): the stream
 carries only the new tokens and the text after what the client has, and equals the rest of an
 undisturbed run — seeded sampling with penalties included."""
 
@@ -24,8 +24,8 @@ def test_a_resumed_request_streams_only_what_follows(worker, k):
     undisturbed = chunks(worker, request(PROMPT, **SEEDED))
     assert [len(c.token_ids) for c in undisturbed] == [1] * 24
     req = request(PROMPT, **SEEDED)
-    req.resumed.token_ids.extend(t for c in undisturbed[:k] for t in c.token_ids)
-    req.resumed.sent_chars = sum(len(c.text) for c in undisturbed[:k])
+    req.continuation.output_token_ids.extend(t for c in undisturbed[:k] for t in c.token_ids)
+    req.continuation.sent_chars = sum(len(c.text) for c in undisturbed[:k])
 
     got = chunks(worker, req)
 

@@ -4,7 +4,8 @@ controller goes away (restart, failover) reconnect to the next address with back
 
     agent = InstanceAgent(
         ["ctrl-a:50050", "ctrl-b:50050"],
-        RegisterRequest(instance_id="w-1", address="10.0.0.5:50051", model="qwen2-7b", role="mixed"),
+        RegisterRequest(instance_id="w-1", address="10.0.0.5:50051", model="qwen2-7b",
+                        role=Role.MIXED.to_proto()),
         load=lambda: InstanceLoad(running=engine.num_running, waiting=engine.num_waiting, ...),
         on_drain=lambda reason: admission.start_drain(),      # sync or async
         on_set_role=lambda role: service.set_role(role))
@@ -33,6 +34,7 @@ from typing import Any, Awaitable, Callable, Sequence
 
 import grpc
 
+from mindmotor.common.roles import Role
 from mindmotor.protocol import controller_pb2, controller_pb2_grpc
 
 from mindmotor.common import rpc
@@ -202,7 +204,7 @@ class InstanceAgent:
                 beat = controller_pb2.HeartbeatRequest(
                     instance_id=self.instance_id, running=load.running, waiting=load.waiting,
                     kv_usage=load.kv_usage, outstanding_tokens=load.outstanding_tokens,
-                    state=load.state, role=load.role, ttft_p90_s=load.ttft_p90_s, tpot_p90_s=load.tpot_p90_s,
+                    state=load.state, role=Role(load.role).to_proto() if load.role else 0, ttft_p90_s=load.ttft_p90_s, tpot_p90_s=load.tpot_p90_s,
                     ttft_samples=load.ttft_samples, tpot_samples=load.tpot_samples)
                 if load.cached_block_hashes is not None and tuple(load.cached_block_hashes) != last_hashes:
                     last_hashes = tuple(load.cached_block_hashes)
@@ -234,7 +236,14 @@ class InstanceAgent:
             if kind == "drain" and self.on_drain:
                 self._callback(self.on_drain, command.drain.reason)
             elif kind == "set_role" and self.on_set_role:
-                self._callback(self.on_set_role, command.set_role.role)
+                try:
+                    role = Role.from_proto(command.set_role.role)
+                except ValueError as exc:
+                    log.warning("set_role command with a role this worker does not know; ignored",
+                                extra={"instance_id": self.instance_id, "error": str(exc)})
+                    continue
+                if role is not None:
+                    self._callback(self.on_set_role, role)
 
     def _callback(self, fn: Callable, arg) -> None:
         async def run():

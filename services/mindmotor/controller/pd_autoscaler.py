@@ -21,6 +21,8 @@ with none, so it waits a full `sustain_s` before its first switch.
 
 from __future__ import annotations
 
+from mindmotor.common.roles import Role
+
 import logging
 from collections import defaultdict
 from dataclasses import dataclass
@@ -55,10 +57,10 @@ def pd_groups(records: list[InstanceRecord]) -> dict[Group, list[InstanceRecord]
     """Routable prefill and decode instances by (model, deployment), for groups that have both."""
     groups: dict[Group, list[InstanceRecord]] = defaultdict(list)
     for record in records:
-        if record.routable and record.role in ("prefill", "decode"):
+        if record.routable and record.role in (Role.PREFILL, Role.DECODE):
             groups[(record.model, record.deployment)].append(record)
     return {key: members for key, members in groups.items()
-            if {r.role for r in members} == {"prefill", "decode"}}
+            if {r.role for r in members} == {Role.PREFILL, Role.DECODE}}
 
 
 def load_of(record: InstanceRecord) -> float:
@@ -92,10 +94,10 @@ class PDAutoscaler:
 
     async def evaluate_group(self, group: Group, members: list[InstanceRecord], now: float) -> Decision | None:
         model, deployment = group
-        prefill = [r for r in members if r.role == "prefill"]
-        decode = [r for r in members if r.role == "decode"]
-        self.metrics.pd_instances.labels(model, deployment, "prefill").set(len(prefill))
-        self.metrics.pd_instances.labels(model, deployment, "decode").set(len(decode))
+        prefill = [r for r in members if r.role == Role.PREFILL]
+        decode = [r for r in members if r.role == Role.DECODE]
+        self.metrics.pd_instances.labels(model, deployment, Role.PREFILL).set(len(prefill))
+        self.metrics.pd_instances.labels(model, deployment, Role.DECODE).set(len(decode))
         self.metrics.pd_ratio.labels(model, deployment).set(len(prefill) / len(decode))
         ttft, tpot = weighted_p90(prefill, "ttft"), weighted_p90(decode, "tpot")
         state = self.states[group]

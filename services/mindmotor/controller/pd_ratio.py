@@ -19,6 +19,8 @@ Every decision carries its reason: a sentence (logged) and a short code (a metri
 
 from __future__ import annotations
 
+from mindmotor.common.roles import Role
+
 from dataclasses import dataclass, field
 
 MORE_PREFILL = "more_prefill"
@@ -79,7 +81,7 @@ def decide(roles: dict[str, str], loads: dict[str, float], m: Measurement, slo: 
     if wish is None:
         return Decision(None, None, f"balanced (TTFT at {ttft:.2f}, TPOT at {tpot:.2f} of target)", pressures,
                         "balanced")
-    donor_role, new_role = ("decode", "prefill") if wish == MORE_PREFILL else ("prefill", "decode")
+    donor_role, new_role = (Role.DECODE, Role.PREFILL) if wish == MORE_PREFILL else (Role.PREFILL, Role.DECODE)
     donors = sorted((i for i, r in roles.items() if r == donor_role), key=lambda i: (loads.get(i, 0.0), i))
     if len(donors) < 2:
         return Decision(wish, None, f"{wish}: only {len(donors)} {donor_role} instance(s); keeping them", pressures,

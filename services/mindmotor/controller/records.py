@@ -7,6 +7,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from mindmotor.common.roles import Role
 from mindmotor.protocol import controller_pb2
 
 from . import states
@@ -75,7 +76,7 @@ class InstanceRecord:
     def to_info(self) -> controller_pb2.InstanceInfo:
         return controller_pb2.InstanceInfo(
             instance_id=self.instance_id, address=self.address, metrics_address=self.metrics_address,
-            model=self.model, role=self.role, device=self.device, max_model_len=self.max_model_len,
+            model=self.model, role=Role(self.role).to_proto(), device=self.device, max_model_len=self.max_model_len,
             block_size=self.block_size, deployment=self.deployment, version=self.version, weight=self.weight,
             state=self.state, routable=self.routable,
             load=controller_pb2.InstanceLoad(running=self.running, waiting=self.waiting, kv_usage=self.kv_usage,
@@ -94,7 +95,8 @@ class InstanceRecord:
 def record_from_register(request: controller_pb2.RegisterRequest, now: float) -> InstanceRecord:
     return InstanceRecord(
         instance_id=request.instance_id, address=request.address, model=request.model,
-        metrics_address=request.metrics_address, role=request.role or "mixed", device=request.device,
+        metrics_address=request.metrics_address, role=Role.from_proto(request.role, Role.MIXED).value,
+        device=request.device,
         max_model_len=request.max_model_len, block_size=request.block_size, deployment=request.deployment,
         version=request.version, weight=request.weight if request.weight > 0 else 1.0,
         state=states.STARTING, state_since=now, reason="registered", registered_at=now)
@@ -105,8 +107,10 @@ def validate_register(request: controller_pb2.RegisterRequest) -> str | None:
     for name in ("instance_id", "address", "model"):
         if not getattr(request, name):
             return f"{name} is required"
-    if request.role and request.role not in states.ROLES:
-        return f"role must be one of {', '.join(states.ROLES)}, got {request.role!r}"
+    try:
+        Role.from_proto(request.role)
+    except ValueError as exc:
+        return str(exc)
     if request.weight < 0:
         return f"weight must be at least 0, got {request.weight}"
     return None

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from mindmotor.common.roles import Role
 from mindmotor.common.store import Store
 from mindmotor.common.store_epoch import store_epoch
 from mindmotor.protocol import controller_pb2
@@ -141,8 +142,9 @@ class Registry:
             record.kv_usage, record.outstanding_tokens = request.kv_usage, request.outstanding_tokens
             record.ttft_p90_s, record.ttft_samples = request.ttft_p90_s, request.ttft_samples
             record.tpot_p90_s, record.tpot_samples = request.tpot_p90_s, request.tpot_samples
-            if request.role:
-                record.role = request.role
+            role = Role.from_proto(request.role)         # unspecified: unchanged
+            if role is not None:
+                record.role = role.value
             if cached_hashes is not None:
                 record.cached_block_hashes = [h.hex() for h in cached_hashes]
             taken.extend(record.commands)
@@ -170,10 +172,10 @@ class Registry:
         result = await self.update(instance_id, apply)
         return None if result is None else result[1]
 
-    async def command_set_role(self, instance_id: str, role: str) -> InstanceRecord | None:
-        if role not in states.ROLES:
-            raise ValueError(f"role must be one of {', '.join(states.ROLES)}, got {role!r}")
-        result = await self.update(instance_id, lambda r: r.commands.append({"set_role": {"role": role}}))
+    async def command_set_role(self, instance_id: str, role: Role | str) -> InstanceRecord | None:
+        """Queue a role switch for the worker's next heartbeat (ValueError: not a role)."""
+        role = Role.parse(role)
+        result = await self.update(instance_id, lambda r: r.commands.append({"set_role": {"role": role.value}}))
         return None if result is None else result[1]
 
     async def remove(self, instance_id: str) -> bool:

@@ -8,6 +8,7 @@ import logging
 
 import grpc
 
+from mindmotor.common.roles import Role
 from mindmotor.common import rpc
 from mindmotor.common.store import StoreUnavailable
 from mindmotor.protocol import controller_pb2, controller_pb2_grpc
@@ -28,7 +29,8 @@ def command_to_proto(command: dict) -> controller_pb2.HeartbeatCommand:
     if "drain" in command:
         return controller_pb2.HeartbeatCommand(drain=controller_pb2.DrainCommand(**command["drain"]))
     if "set_role" in command:
-        return controller_pb2.HeartbeatCommand(set_role=controller_pb2.SetRoleCommand(**command["set_role"]))
+        role = Role.parse(command["set_role"]["role"])
+        return controller_pb2.HeartbeatCommand(set_role=controller_pb2.SetRoleCommand(role=role.to_proto()))
     raise ValueError(f"unknown command {command!r}")
 
 
@@ -105,9 +107,10 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
                 if beat.state and beat.state not in states.WORKER_STATES:
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                         f"state must be one of {', '.join(states.WORKER_STATES)}")
-                if beat.role and beat.role not in states.ROLES:
-                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                        f"role must be one of {', '.join(states.ROLES)}")
+                try:
+                    Role.from_proto(beat.role)
+                except ValueError as exc:
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
                 self.metrics.heartbeats.inc()
                 hashes = list(beat.cached_blocks.hashes) if beat.HasField("cached_blocks") else None
                 try:

@@ -29,6 +29,7 @@ The functions here are pure: they change a record and return whether its state c
 
 from __future__ import annotations
 
+
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -44,7 +45,6 @@ ALL_STATES = (STARTING, READY, SUSPECT, DRAINING, DEAD)
 ROUTABLE = frozenset({READY})
 LISTED = frozenset({STARTING, READY, SUSPECT, DRAINING})   # in the routing table
 
-ROLES = ("mixed", "prefill", "decode")
 WORKER_STATES = ("serving", "draining")                    # what a worker reports
 
 

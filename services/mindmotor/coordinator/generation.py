@@ -6,7 +6,7 @@ retried. An instance failure — a call ending in UNAVAILABLE (the worker died, 
 or is draining), or a stream that ends without finishing or with finish_reason "abort" (a worker
 that cut its drain short) — marks the instance in the routing table (skipped for a while,
 listeners told) and the request goes to another instance, at most `max_retry` times, with the
-tokens and characters the client already has (`GenerateRequest.resumed`). That worker continues
+tokens and characters the client already has (`GenerateRequest.continuation`). That worker continues
 the request as the failed one would have (the seeded random stream, penalties and token limits
 over the whole output, stop strings across the move), so the client sees one stream, no token
 lost or repeated: the tokens and text of an undisturbed run, sampled or greedy.
@@ -237,11 +237,11 @@ class Generation:
         attempt_id = f"{req.request_id}.{len(self.instances) - 1}.{secrets.token_hex(3)}"
         out = pb.GenerateRequest(request_id=attempt_id, sampling=req.sampling.to_proto(), priority=req.priority)
         out.prompt_token_ids.ids.extend(req.prompt_token_ids)
-        if self.handoff is not None:        # the decode side continues after the first token
-            out.remote_prefill.CopyFrom(self.handoff.remote_prefill())
-        elif self.produced:                 # moved after a failure: continue after what the client has
-            out.resumed.token_ids.extend(self.produced)
-            out.resumed.sent_chars = self.sent_chars
+        if self.produced:       # continue after what the client has: moved, or the decode half of a split
+            out.continuation.output_token_ids.extend(self.produced)
+            out.continuation.sent_chars = self.sent_chars
+            if self.handoff is not None:    # the prompt's KV is pinned on the prefill instance
+                out.continuation.kv_source.CopyFrom(self.handoff.kv_source())
         return out
 
     async def _attempt(self, instance: InstanceView) -> AsyncIterator[Piece]:

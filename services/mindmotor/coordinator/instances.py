@@ -11,6 +11,8 @@ restarted replica gets new ports) starts unmarked.
 
 from __future__ import annotations
 
+from mindmotor.common.roles import Role
+
 import dataclasses
 import logging
 import time
@@ -19,7 +21,6 @@ from typing import Callable, Collection, Iterable
 
 log = logging.getLogger("mindmotor.coordinator")
 
-ROUTABLE_ROLES = ("mixed", "prefill", "decode")   # every role serves requests; the router picks by role
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ class InstanceView:
     instance_id: str
     address: str
     model: str = ""
-    role: str = "mixed"
+    role: Role = Role.MIXED
     healthy: bool = True                 # the source's word: reachable and taking requests
     weight: float = 1.0
     deployment: str = ""
@@ -96,8 +97,7 @@ class RoutingTable:
 
     def is_routable(self, view: InstanceView) -> bool:
         local = self._local.get(view.instance_id)
-        return (view.healthy and view.role in ROUTABLE_ROLES
-                and (local is None or not self._suspect(local, view)))
+        return view.healthy and (local is None or not self._suspect(local, view))
 
     def _suspect(self, local: _Local, view: InstanceView) -> bool:
         return local.suspect_until > self.clock() and local.suspect_address == view.address

@@ -4,18 +4,21 @@
        prefix with `cache_aware`) and call `Prefill`: the first token comes back (the client gets
        it at once) and the prompt's KV stays pinned there under a handle;
     2. decode: pick a `decode` instance (least load; a `mixed` one if no decode instance is
-       routable) and call `Generate` with `remote_prefill`: it pulls the KV from the prefill
-       instance, releases it, and streams the rest.
+       routable) and call `Generate` with a `continuation` whose `kv_source` is that pin: it
+       pulls the KV from the prefill instance, releases it, and streams the rest.
 
 Failures never reach the client as errors: a prefill instance that fails (or none routable) means
 the choice runs the ordinary way (prompt computed where it is decoded); a failed KV pull is the
 decode worker's business (it computes the prompt itself); a decode instance that fails mid-stream
-is handled like any failed worker (the request moves with the tokens produced so far). A handoff
+is handled like any failed worker (the request moves with the tokens produced so far: the same
+continuation, without the KV source). A handoff
 the decode side never confirmed is released on the prefill instance (best effort; the pin timeout
 frees it otherwise).
 """
 
 from __future__ import annotations
+
+from mindmotor.common.roles import Role
 
 import asyncio
 import logging
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from mindmotor.common.roles import Role
 from mindmotor.protocol import worker_pb2 as pb
 
 from .channels import WorkerChannels
@@ -30,18 +34,17 @@ from .instances import InstanceView, RoutingTable
 
 log = logging.getLogger("mindmotor.coordinator")
 
-PREFILL_ROLES = ("prefill",)
-DECODE_ROLES = ("decode",)
+PREFILL_ROLES = (Role.PREFILL,)
 # where a choice goes without a handoff (first choice first); any instance serves a whole request
-ORDINARY_ROLES = (("mixed",), ("decode",), ("prefill",))
+ORDINARY_ROLES = ((Role.MIXED,), (Role.DECODE,), (Role.PREFILL,))
 # where a handed-off choice is decoded
-HANDOFF_ROLES = (("decode",), ("mixed",))
-RELEASE_TIMEOUT_S = 2.0
+HANDOFF_ROLES = ((Role.DECODE,), (Role.MIXED,))
+RELEASE_TIMEOUT_S = 2.0     # as the worker side's (mindmotor.worker.kv_connector)
 
 
 def split_available(table: RoutingTable, model: str) -> bool:
     """The model has routable prefill and decode instances."""
-    return table.has_routable(model, "prefill") and table.has_routable(model, "decode")
+    return table.has_routable(model, Role.PREFILL) and table.has_routable(model, Role.DECODE)
 
 
 @dataclass
@@ -51,10 +54,10 @@ class Handoff:
     response: pb.PrefillResponse
     pulled: bool = False          # the decode instance answered (so it pulled, or fell back)
 
-    def remote_prefill(self) -> pb.RemotePrefill:
+    def kv_source(self) -> pb.KVSource:
         r = self.response
-        return pb.RemotePrefill(address=self.prefill.address, handle=r.handle, first_token_id=r.token_ids[0],
-                                sent_chars=len(r.text), node=r.node, cached_tokens=r.usage.cached_tokens)
+        return pb.KVSource(address=self.prefill.address, handle=r.handle, node=r.node,
+                           cached_tokens=r.usage.cached_tokens)
 
 
 def prefill_request(request_id: str, prompt_token_ids: list[int], sampling: pb.SamplingParams,

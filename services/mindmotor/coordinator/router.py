@@ -16,6 +16,8 @@ decode instance's prefix cache only saves a transfer, its load decides the TPOT)
 
 from __future__ import annotations
 
+from mindmotor.common.roles import Role
+
 from typing import Callable, Collection
 
 from .errors import ServiceUnavailable
@@ -48,7 +50,7 @@ class Router:
         key = (model, version, group)
         policy = self._policies.get(key)
         if policy is None:
-            policy = self._policies[key] = LeastLoad() if group == "decode" else self._make_policy(model)
+            policy = self._policies[key] = LeastLoad() if group == Role.DECODE else self._make_policy(model)
         return policy
 
     def set_table_traffic(self, traffic: dict[str, dict[str, float]]) -> None:

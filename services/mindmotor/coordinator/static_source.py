@@ -11,6 +11,7 @@ import logging
 
 import grpc
 
+from mindmotor.common.roles import Role
 from mindmotor.protocol import worker_pb2 as pb
 
 from .channels import WorkerChannels
@@ -22,7 +23,7 @@ log = logging.getLogger("mindmotor.coordinator")
 
 def view_from_status(entry: WorkerEntry, status: pb.StatusResponse) -> InstanceView:
     return InstanceView(
-        instance_id=entry.address, address=entry.address, model=status.model, role=status.role or "mixed",
+        instance_id=entry.address, address=entry.address, model=status.model, role=Role.from_proto(status.role, Role.MIXED),
         healthy=status.state == "serving", weight=entry.weight, deployment=entry.deployment,
         version=entry.version, max_model_len=status.max_model_len, block_size=status.block_size or 16,
         running=status.load.running, waiting=status.load.waiting, kv_usage=status.load.kv_usage)

@@ -26,6 +26,8 @@ Errors are `SpecError`, one line per problem, each naming the field.
 
 from __future__ import annotations
 
+from mindmotor.common.roles import Role
+
 import json
 from pathlib import Path
 from typing import Any
@@ -88,10 +90,10 @@ class VersionSpec(BaseModel):
     def role_of(self, slot: int) -> str:
         """The role of replica number `slot`: prefill ones first, then decode, then mixed."""
         if slot < self.prefill:
-            return "prefill"
+            return Role.PREFILL.value
         if slot < self.prefill + self.decode:
-            return "decode"
-        return "mixed"
+            return Role.DECODE.value
+        return Role.MIXED.value
 
     def template(self) -> dict[str, Any]:
         """What a running version is made of; it cannot change once the version exists."""

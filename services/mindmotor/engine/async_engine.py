@@ -9,6 +9,10 @@ fails it (`LLMEngine.step`) ends that request's stream with `RequestFailed` (or 
 `RequestError`) and the others go on. Only an `EngineBroken` engine (or any error outside the
 per-request work) stops the thread: every stream then ends with `EngineDeadError`, and the
 `on_dead` callbacks run (the worker stops serving and exits, to be replaced).
+
+Callers use typed methods only (generate, validate, the KV connector's read/release/finish,
+stats, info); the worker's side of the KV connector registers with `connect_kv` and is handed
+every `KVLoad` the scheduler starts, on the event loop of the request it is for.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ from dataclasses import dataclass
 from typing import AsyncIterator, Callable, Sequence as Seq, TypeVar
 
 from .config import EngineConfig
-from .llm_engine import LLMEngine, RequestError
+from .continuation import Continuation
+from .kv_connector import KVBlocks, KVLoad
+from .llm_engine import EngineInfo, LLMEngine, RequestError, ValidatedRequest
 from .output import RequestOutput
 from .sampling_params import SamplingParams
 
@@ -42,7 +48,7 @@ class RequestFailed(RuntimeError):
 @dataclass
 class _Pending:
     request_id: str
-    validated: tuple
+    validated: ValidatedRequest
     priority: int
     queue: asyncio.Queue
     loop: asyncio.AbstractEventLoop
@@ -61,6 +67,8 @@ class AsyncLLMEngine:
     def __init__(self, config: EngineConfig | None = None, engine: LLMEngine | None = None,
                  idle_check_interval_s: float = 1.0):
         self.engine = engine or LLMEngine(config or EngineConfig())
+        self.info: EngineInfo = self.engine.info
+        self._kv_loader: Callable[[KVLoad], None] | None = None
         self._new: deque[_Pending] = deque()
         self._aborts: deque[str] = deque()
         self._commands: deque[_Command] = deque()
@@ -100,35 +108,46 @@ class AsyncLLMEngine:
         """Requests accepted and not yet finished."""
         return len(self._streams) + len(self._new)
 
-    def generate(self, request_id: str, prompt: str | Seq[int], params: SamplingParams,
-                 priority: int = 0, prefill_only: bool = False) -> AsyncIterator[RequestOutput]:
+    def validate(self, prompt: str | Seq[int], params: SamplingParams,
+                 continuation: Continuation | None = None) -> ValidatedRequest:
+        """Check a request (RequestError for bad input); reads no engine state that changes."""
+        return self.engine.validate(prompt, params, continuation)
+
+    def generate(self, request_id: str, prompt: str | Seq[int], params: SamplingParams, priority: int = 0,
+                 prefill_only: bool = False, continuation: Continuation | None = None
+                 ) -> AsyncIterator[RequestOutput]:
         """Validate now (raising `RequestError` at once for bad input), then return the stream of
         the request's outputs. Closing the stream early (the client went away) aborts the request
-        and frees its blocks. `prefill_only`: see `LLMEngine.add_request`."""
-        pending = self._open(request_id, self.engine.validate(prompt, params), priority)
+        and frees its blocks. `prefill_only`, `continuation`: see `LLMEngine.add_request`."""
+        pending = self._open(request_id, self.validate(prompt, params, continuation), priority)
         pending.prefill_only = prefill_only
         self._new.append(pending)
         self._wake.set()
         return self._stream(pending)
 
-    async def add_prefilled(self, request_id: str, prompt: Seq[int], params: SamplingParams, first_token: int,
-                            sent_chars: int = 0, num_cached_tokens: int = 0, priority: int = 0
-                            ) -> tuple[int | None, AsyncIterator[RequestOutput]]:
-        """A request prefilled on another instance (see `LLMEngine.add_prefilled`): returns the
-        number of prompt blocks already held here (None: no room) and the request's stream, which
-        yields once `commit_kv` or `prefill_locally` (run through `call`) has let it run. Abort it
-        with `abort` if neither follows."""
-        pending = self._open(request_id, self.engine.validate(prompt, params), priority)
-        try:
-            skip = await self.call(lambda e: e.add_prefilled(
-                request_id, pending.validated, first_token, sent_chars, num_cached_tokens, priority,
-                pending.arrival_time))
-        except BaseException:
-            self.abort(request_id)
-            raise
-        return skip, self._stream(pending)
+    # ---- the KV connector, for the worker's side of it ------------------------------------------
+    def connect_kv(self, loader: Callable[[KVLoad], None]) -> None:
+        """Hand every KV load the scheduler starts to `loader` (called on the event loop of the
+        request it is for). Without one, a continuation's prompt is computed here."""
+        self._kv_loader = loader
 
-    async def call(self, fn: Callable[..., T]) -> T:
+    async def read_pinned_kv(self, handle: str, skip_blocks: int = 0) -> KVBlocks:
+        """A pinned prefill's prompt KV (KeyError: no such pin)."""
+        return await self._call(lambda e: e.read_pinned_kv(handle, skip_blocks))
+
+    async def release_kv(self, handle: str) -> bool:
+        """Free a pinned prefill's blocks; False for an unknown handle."""
+        return await self._call(lambda e: e.release_kv(handle))
+
+    async def finish_kv_load(self, request_id: str, kv: KVBlocks | None) -> bool:
+        """End a continuation's wait for its KV (see `LLMEngine.finish_kv_load`)."""
+        return await self._call(lambda e: e.finish_kv_load(request_id, kv))
+
+    async def price_kv_transfer(self, num_tokens: int, link: str) -> float:
+        """Emulated seconds of a KV transfer, recorded on the card."""
+        return await self._call(lambda e: e.price_kv_transfer(num_tokens, link))
+
+    async def _call(self, fn: Callable[[LLMEngine], T]) -> T:
         """Run `fn(engine)` on the engine thread (between steps) and return its result."""
         if self._error is not None:
             raise EngineDeadError(f"the engine stopped: {self._error!r}")
@@ -186,14 +205,20 @@ class AsyncLLMEngine:
             while not self._stopping:
                 self._take_new_and_aborts()
                 engine.expire_pins()
+                self._start_kv_loads()
                 if not engine.has_unfinished_requests():
                     self._wake.wait(self._idle_check_interval_s)
                     self._wake.clear()
                     if not engine.has_unfinished_requests() and not self._new:
                         engine.check_invariants()   # idle: the pool must add up
                     continue
-                for out in engine.step():
+                outputs = engine.step()
+                for out in outputs:
                     self._deliver(out)
+                self._start_kv_loads()
+                if not outputs and not engine.has_runnable_requests():
+                    self._wake.wait(_NOTHING_RUNNABLE_WAIT_S)   # continuations waiting for KV only
+                    self._wake.clear()
         except BaseException as exc:  # the engine is broken: fail every stream rather than hang
             log.critical("the engine thread failed; the engine is dead", exc_info=True,
                          extra={"error": f"{type(exc).__name__}: {exc}"})
@@ -246,6 +271,19 @@ class AsyncLLMEngine:
             if out is not None and pending is not None:
                 self._put(pending, out)
 
+    def _start_kv_loads(self) -> None:
+        """Hand the scheduler's new KV loads to the worker's side of the connector; with none
+        connected (or a request already gone), the prompt is computed here."""
+        for load in self.engine.take_kv_loads():
+            pending = self._streams.get(load.request_id)
+            if pending is None or self._kv_loader is None:
+                self.engine.finish_kv_load(load.request_id, None)
+                continue
+            try:
+                pending.loop.call_soon_threadsafe(self._kv_loader, load)
+            except RuntimeError:                    # that event loop is already closed
+                self.engine.finish_kv_load(load.request_id, None)
+
     def _fail(self, pending: _Pending, exc: Exception) -> None:
         """End one request's stream with its error (a RequestError as is: the request is bad)."""
         self._streams.pop(pending.request_id, None)
@@ -270,6 +308,9 @@ class AsyncLLMEngine:
             pending.loop.call_soon_threadsafe(pending.queue.put_nowait, item)
         except RuntimeError:                        # that event loop is already closed
             pass
+
+
+_NOTHING_RUNNABLE_WAIT_S = 0.05   # longest idle wait while only KV loads are outstanding
 
 
 class _ShutDown(EngineDeadError):

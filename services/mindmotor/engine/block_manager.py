@@ -4,8 +4,9 @@ A pool of `num_blocks` fixed-size blocks with a free list, reference counts, and
 a full block is registered under the chained hash of the tokens up to its end, and blocks that no
 running sequence references stay cached (evictable, in LRU order) until a new allocation needs them.
 
-The manager never decides policy: `allocate_slots` returns False when the pool is short and leaves
-everything unchanged; the scheduler decides whom to preempt.
+The manager never decides policy: `admit` (a waiting sequence: its cached prefix and new blocks, in
+one call) returns None and `allocate_slots` (a running sequence's next tokens) returns False when
+the pool is short, leaving everything unchanged; the scheduler decides whom to preempt.
 
 Host storage: at most `host_blocks` (≤ `num_blocks`) block ids are ever handed out, because only
 that many have host arrays within the host memory budget. Past it a new block reuses the least
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Callable
 
 from mindmotor.common.block_hash import block_hashes
 
@@ -27,6 +30,13 @@ from .sequence import Sequence
 # A block-table entry whose block was released because it fell out of the sliding window of every
 # layer (`release_out_of_window`): the entry keeps the table's position → block mapping.
 NO_BLOCK = -1
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What `BlockManager.admit` gave a waiting sequence."""
+    num_cached_tokens: int      # its leading tokens whose KV the prefix cache already held (whole blocks)
+    num_new_tokens: int         # tokens after them that its new blocks have room for
 
 
 class BlockManager:
@@ -82,14 +92,32 @@ class BlockManager:
     def blocks_needed(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
 
-    def get_computed_blocks(self, seq: Sequence) -> list[int]:
+    def admit(self, seq: Sequence, new_tokens: Callable[[int], int | None],
+              max_cached_tokens: int | None = None) -> Admission | None:
+        """Admit a waiting sequence (no blocks yet) in one call: look its prefix up in the cache
+        (at most `max_cached_tokens` of it; 0: no lookup), ask `new_tokens(n)` how many of the `n`
+        tokens left after the cached ones to make room for (None: none now), take the cached blocks
+        and new ones, and count the lookup. None, changing nothing, when `new_tokens` says none or
+        the pool is short."""
+        cached = self.get_computed_blocks(seq, max_cached_tokens)
+        num_cached = len(cached) * self.block_size
+        num_new = new_tokens(seq.num_tokens - num_cached)
+        if num_new is None or not self.allocate_slots(seq, num_new, cached):
+            return None
+        self.prefix_queries += seq.num_tokens
+        self.prefix_hits += num_cached
+        return Admission(num_cached, num_new)
+
+    def get_computed_blocks(self, seq: Sequence, max_tokens: int | None = None) -> list[int]:
         """The longest cached prefix of `seq` in whole blocks, leaving at least one token to compute
-        (its logits are needed). Touches nothing."""
-        if not self.enable_prefix_caching:
+        (its logits are needed), of at most `max_tokens` tokens. Touches nothing."""
+        if not self.enable_prefix_caching or max_tokens == 0:
             return []
         tokens = seq.all_token_ids
         seq.block_hashes = block_hashes(tokens, self.block_size, seq.block_hashes)
         max_blocks = (len(tokens) - 1) // self.block_size
+        if max_tokens is not None:
+            max_blocks = min(max_blocks, max_tokens // self.block_size)
         hits = []
         for h in seq.block_hashes[:max_blocks]:
             block = self.hash_to_block.get(h)
@@ -97,11 +125,6 @@ class BlockManager:
                 break
             hits.append(block)
         return hits
-
-    def record_prefix_lookup(self, num_tokens: int, num_hit_tokens: int) -> None:
-        """Count one admission's prefix-cache lookup (for the hit-rate figure)."""
-        self.prefix_queries += num_tokens
-        self.prefix_hits += num_hit_tokens
 
     def allocate_slots(self, seq: Sequence, num_new_tokens: int, computed_blocks: list[int] = ()) -> bool:
         """Give `seq` blocks for `num_new_tokens` more tokens (after any cached `computed_blocks`).

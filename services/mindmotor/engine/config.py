@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 TIMING_MODES = ("realtime", "virtual")
 
@@ -40,6 +40,3 @@ class EngineConfig:
             raise ValueError(f"block_size must be at least 1, got {self.block_size}")
         if self.kv_host_budget_bytes is not None and self.kv_host_budget_bytes < 1:
             raise ValueError(f"kv_host_budget_bytes must be positive, got {self.kv_host_budget_bytes}")
-
-    def with_(self, **changes) -> "EngineConfig":
-        return replace(self, **changes)

@@ -26,8 +26,9 @@ from mindmotor.model.llama import LlamaModel
 
 from .block_manager import BlockManager
 from .config import EngineConfig
+from .continuation import Continuation
 from .host_memory import format_bytes, resolve_budget
-from .kv_transfer import KVBlocks, KVPins, num_prompt_blocks
+from .kv_connector import KVBlocks, KVLoad
 from .model_runner import ModelRunner
 from .output import OutputProcessor, RequestOutput
 from .request_rules import InvalidRequest, check_text, check_token_ids, resolve_max_tokens
@@ -56,15 +57,24 @@ MAX_STEP_FAILURES = 3            # consecutive failed steps after which the engi
 
 
 @dataclass(frozen=True)
-class ResumedPrompt:
-    """The prompt of a request that already produced `output_token_ids` on an instance that then
-    failed, the client holding the first `sent_chars` characters of their text. The engine
-    continues it as that instance would have (see `LLMEngine._resume`), so the client's stream
-    goes on exactly: the same seeded draws, penalties and token limits over the whole output, stop
-    strings that began before the move."""
-    prompt: str | Seq[int]
-    output_token_ids: Seq[int]
-    sent_chars: int = 0
+class ValidatedRequest:
+    """A request `LLMEngine.validate` accepted: the prompt's token ids, the params with
+    `max_tokens` resolved (and bad words tokenized), and the checked continuation, if any."""
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    continuation: Continuation | None = None
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What an engine serves and how; fixed for its life (safe to read from any thread)."""
+    model_dir: Path
+    model_name: str
+    max_model_len: int
+    block_size: int
+    timing: str                       # "realtime" | "virtual"
+    profile_name: str                 # the emulated model profile
+    kv_bytes_per_token: int           # of that profile on the emulated card
 
 
 @dataclass
@@ -82,9 +92,9 @@ class EngineStats:
     emulated_time_s: float
     host_time_s: float
     lag_time_s: float
-    num_pinned: int = 0               # prefilled requests whose KV waits for a decode instance
+    num_pinned: int = 0               # prefilled requests whose KV waits for a decode worker
     num_pinned_blocks: int = 0
-    num_receiving: int = 0            # decode side: requests whose KV is being pulled
+    num_receiving: int = 0            # decode side: continuations waiting for their KV (WAITING_FOR_KV)
     kv_transfers: int = 0             # decode side: KV pulls priced on the device
     kv_transfer_s: float = 0.0        # their emulated duration, summed
     kv_transfer_bytes: int = 0
@@ -147,8 +157,6 @@ class LLMEngine:
         self.sampler = Sampler(self.tokenizer.eos_token_ids)
         self.outputs = OutputProcessor(self.tokenizer, self.tokenizer.eos_token_ids, self.max_model_len)
         self.requests: dict[str, Sequence] = {}
-        self.pins = KVPins()                          # prefill side: KV held for decode instances
-        self.receiving: dict[str, Sequence] = {}      # decode side: blocks reserved, KV in transit
         self._rng = np.random.default_rng(config.seed)
         self.prompt_tokens = 0
         self.generation_tokens = 0
@@ -162,6 +170,14 @@ class LLMEngine:
                                         "profile": profile.name, "num_blocks": num_blocks,
                                         "host_blocks": host_blocks, "kv_host_budget_bytes": self.kv_host_budget_bytes,
                                         "max_model_len": self.max_model_len})
+
+    @property
+    def info(self) -> EngineInfo:
+        profile = self.device.profile
+        return EngineInfo(model_dir=Path(self.model_dir), model_name=self.model_name,
+                          max_model_len=self.max_model_len, block_size=self.config.block_size,
+                          timing=self.config.timing, profile_name=profile.name,
+                          kv_bytes_per_token=profile.kv_bytes_per_token)
 
     def _host_blocks(self, num_blocks: int, mcfg: LlamaConfig) -> int:
         """How many blocks the host budget holds (at most the emulated pool); ValueError when that
@@ -188,14 +204,12 @@ class LLMEngine:
         return self._grammar
 
     # ---- requests ---------------------------------------------------------------------------
-    def validate(self, prompt: str | Seq[int] | ResumedPrompt, params: SamplingParams
-                 ) -> tuple[list[int] | ResumedPrompt, SamplingParams]:
-        """Check a request without touching engine state (safe from any thread).
-        Returns the prompt token ids (in a `ResumedPrompt` for a resumed request) and the params
-        with `max_tokens` resolved."""
-        resumed = prompt if isinstance(prompt, ResumedPrompt) else None
+    def validate(self, prompt: str | Seq[int], params: SamplingParams,
+                 continuation: Continuation | None = None) -> ValidatedRequest:
+        """Check a request without touching engine state (safe from any thread): the prompt, the
+        params (`max_tokens` resolved), and a continuation's output so far."""
         try:
-            ids = self._token_ids(resumed.prompt if resumed else prompt)
+            ids = self._token_ids(prompt)
             if not ids:
                 raise RequestError("the prompt is empty", param="prompt")
             check_token_ids(params.stop_token_ids, "stop_token_ids", self.model.config.vocab_size)
@@ -203,13 +217,13 @@ class LLMEngine:
             max_tokens = resolve_max_tokens(len(ids), params.max_tokens, params.min_tokens, self.max_model_len)
             if max_tokens != params.max_tokens:
                 params = SamplingParams(**{**params.__dict__, "max_tokens": max_tokens})
-            if resumed is not None:
-                return self._validate_resumed(ids, resumed, params), params
+            if continuation is not None:
+                self._validate_continuation(ids, continuation, params)
         except RequestError:
             raise
         except InvalidRequest as exc:           # the shared rules' error, as the engine's
             raise RequestError(exc.message, param=exc.param, code=exc.code) from None
-        return ids, params
+        return ValidatedRequest(ids, params, continuation)
 
     def _resolve_token_rules(self, params: SamplingParams) -> SamplingParams:
         """The params with their token ids checked against this vocabulary (logit_bias,
@@ -237,35 +251,43 @@ class LLMEngine:
     def _check_vocabulary(self, what: str, ids: Seq[int], param: str) -> list[int]:
         return check_token_ids(ids, what, self.model.config.vocab_size, param=param)
 
-    def _validate_resumed(self, ids: list[int], resumed: ResumedPrompt, params: SamplingParams) -> ResumedPrompt:
-        """The resumed output must be tokens this request could have produced: in the vocabulary,
-        within the context and max_tokens with room for one more, `sent_chars` within its text."""
-        outputs = [int(t) for t in resumed.output_token_ids]
-        self._check_vocabulary("resumed output token ids", outputs, "resumed")
+    def _validate_continuation(self, ids: list[int], cont: Continuation, params: SamplingParams) -> None:
+        """The output made elsewhere must be tokens this request could have produced: in the
+        vocabulary, within the context and max_tokens with room for one more, `sent_chars` within
+        its text; a KV source needs at least one of them (the first token, made with the KV)."""
+        outputs = list(cont.output_token_ids)
+        self._check_vocabulary("continuation output token ids", outputs, "continuation")
+        if cont.kv_source is not None and not outputs:
+            raise RequestError("a continuation with a KV source carries the first token made with that KV",
+                               param="continuation")
         if len(ids) + len(outputs) >= self.max_model_len:
             raise RequestError(
-                f"the prompt ({len(ids)} tokens) and the resumed output ({len(outputs)} tokens) fill "
+                f"the prompt ({len(ids)} tokens) and the output so far ({len(outputs)} tokens) fill "
                 f"this model's maximum context length of {self.max_model_len} tokens; nothing is left "
-                "to generate")
+                "to generate", param="continuation")
         if len(outputs) >= params.max_tokens:
             raise RequestError(
-                f"the resumed output has {len(outputs)} tokens, but max_tokens is {params.max_tokens} "
-                "(the whole output's limit); nothing is left to generate")
+                f"the output so far has {len(outputs)} tokens, but max_tokens is {params.max_tokens} "
+                "(the whole output's limit); nothing is left to generate", param="continuation")
         text = IncrementalDetokenizer(self.tokenizer, ids).add(outputs)
-        if not 0 <= resumed.sent_chars <= len(text):
+        if not 0 <= cont.sent_chars <= len(text):
             raise RequestError(
-                f"sent_chars ({resumed.sent_chars}) is outside the resumed output's text, which has "
-                f"{len(text)} characters")
-        return ResumedPrompt(ids, outputs, resumed.sent_chars)
+                f"sent_chars ({cont.sent_chars}) is outside the text of the output so far, which has "
+                f"{len(text)} characters", param="continuation")
 
-    def add_request(self, request_id: str, prompt: str | Seq[int] | ResumedPrompt,
-                    params: SamplingParams | None = None, priority: int = 0, arrival_time: float | None = None,
-                    validated: tuple[list[int] | ResumedPrompt, SamplingParams] | None = None,
-                    prefill_only: bool = False) -> Sequence:
-        """Queue a request (a `ResumedPrompt`: continue one moved from another instance).
-        `prefill_only`: it ends after its first token with finish reason "prefilled" and its KV
-        pinned under its request id (see `read_pinned_kv`)."""
-        seq = self._new_sequence(request_id, prompt, params, priority, arrival_time, validated)
+    def add_request(self, request_id: str, prompt: str | Seq[int] | None, params: SamplingParams | None = None,
+                    priority: int = 0, arrival_time: float | None = None, validated: ValidatedRequest | None = None,
+                    prefill_only: bool = False, continuation: Continuation | None = None) -> Sequence:
+        """Queue a request (`validated`: already checked by `validate`, instead of prompt, params
+        and continuation). A `continuation` goes on after the output made elsewhere (with a KV
+        source: it waits for that KV first, see `take_kv_loads`). `prefill_only`: it ends after
+        its first token with finish reason "prefilled" and its KV pinned under its request id
+        (see `read_pinned_kv`)."""
+        if validated is None:
+            validated = self.validate(prompt, params or SamplingParams(), continuation)
+        if prefill_only and validated.continuation is not None:
+            raise RequestError("a prefill-only request cannot be a continuation", param="continuation")
+        seq = self._new_sequence(request_id, validated, priority, arrival_time)
         with self._undone_on_error(seq):
             seq.prefill_only = prefill_only
             self.scheduler.add(seq)
@@ -281,36 +303,38 @@ class LLMEngine:
             raise
 
     def _discard(self, seq: Sequence, status: SequenceStatus, keep_output: bool = False) -> None:
-        """Take `seq` out of wherever it is — running, waiting, receiving — freeing its blocks
-        (`keep_output`: its text state stays for a last `make_output`)."""
+        """Take `seq` out of wherever it is — waiting, waiting for its KV, running — freeing its
+        blocks (`keep_output`: its text state stays for a last `make_output`)."""
         rid = seq.request_id
         if self.requests.get(rid) is seq:
             del self.requests[rid]
         if not keep_output:
             self.outputs.forget(rid)
-        if self.receiving.get(rid) is seq:
-            del self.receiving[rid]
-            self.block_manager.free(seq)
-        elif any(s is seq for s in self.scheduler.running):
-            self.scheduler.finish(seq, status)
-        elif any(s is seq for s in self.scheduler.waiting):
+        if seq.status in (SequenceStatus.WAITING, SequenceStatus.WAITING_FOR_KV, SequenceStatus.RUNNING) \
+                and self._scheduled(seq):
             self.scheduler.abort(seq)
         elif seq.block_table:
             self.block_manager.free(seq)
         seq.status = status
 
-    def _new_sequence(self, request_id, prompt, params, priority, arrival_time, validated) -> Sequence:
-        if request_id in self.requests or self.pins.get(request_id) is not None:
+    def _scheduled(self, seq: Sequence) -> bool:
+        """Whether the scheduler holds `seq` (a sequence failing while being added does not yet)."""
+        s = self.scheduler
+        return (any(x is seq for x in s.running) or any(x is seq for x in s.waiting)
+                or s.kv.loading(seq.request_id) is seq)
+
+    def _new_sequence(self, request_id: str, request: ValidatedRequest, priority: int,
+                      arrival_time: float | None) -> Sequence:
+        if request_id in self.requests or self.scheduler.kv.pinned(request_id) is not None:
             raise RequestError(f"request id {request_id!r} is already in use")
-        ids, params = validated or self.validate(prompt, params or SamplingParams())
-        resumed = ids if isinstance(ids, ResumedPrompt) else None
-        seq = Sequence(request_id=request_id, prompt_token_ids=list(resumed.prompt) if resumed else ids,
-                       params=params, arrival_time=time.monotonic() if arrival_time is None else arrival_time,
+        params = request.params
+        seq = Sequence(request_id=request_id, prompt_token_ids=list(request.prompt_token_ids), params=params,
+                       arrival_time=time.monotonic() if arrival_time is None else arrival_time,
                        priority=priority, max_total_tokens=self.max_model_len)
         seq.rng = np.random.default_rng(params.seed if params.seed is not None
                                         else int(self._rng.integers(2**63)))
-        # a resumed request sent its prompt logprobs from where it first ran
-        seq.wants_prompt_logprobs = params.prompt_logprobs is not None and resumed is None
+        # a continuation's prompt logprobs were sent from where the request began
+        seq.wants_prompt_logprobs = params.prompt_logprobs is not None and request.continuation is None
         self.requests[request_id] = seq
         with self._undone_on_error(seq):
             self.outputs.add(seq)
@@ -319,18 +343,22 @@ class LLMEngine:
                     seq.matcher = self.grammar.matcher(params.structured)
                 except InvalidRequest as exc:
                     raise RequestError(exc.message, param=exc.param) from None
-            if resumed is not None:
-                self._resume(seq, resumed)
+            if request.continuation is not None:
+                self._continue(seq, request.continuation)
         return seq
 
-    def _resume(self, seq: Sequence, resumed: ResumedPrompt) -> None:
-        """Put `seq` where the failed instance left it: its outputs generated but their KV not
-        computed — the state of a sequence preempted by recompute, so the scheduler computes
-        prompt + outputs, then samples the next token — its generator past their draws, the text
-        the client has marked sent."""
-        self.sampler.skip_draws(seq, len(resumed.output_token_ids))
-        self._advance_grammar(seq, resumed.output_token_ids)
-        self.outputs.resume(seq, resumed.output_token_ids, resumed.sent_chars)
+    def _continue(self, seq: Sequence, cont: Continuation) -> None:
+        """Put `seq` where the request was left elsewhere: its outputs made but their KV not
+        computed here — the state of a sequence preempted by recompute, so the scheduler computes
+        prompt + outputs (the prompt's KV pulled instead, with a KV source), then samples the next
+        token — its generator past their draws, the grammar past their tokens, the text the client
+        has marked sent. Migration and the P/D split's decode side both come through here."""
+        self.sampler.skip_draws(seq, len(cont.output_token_ids))
+        self._advance_grammar(seq, cont.output_token_ids)
+        self.outputs.resume(seq, list(cont.output_token_ids), cont.sent_chars)
+        seq.kv_source = cont.kv_source
+        if cont.kv_source is not None:
+            seq.num_cached_tokens = cont.kv_source.cached_tokens
 
     @staticmethod
     def _advance_grammar(seq: Sequence, tokens) -> None:
@@ -340,24 +368,25 @@ class LLMEngine:
                 advance(seq.matcher, tokens)
             except ValueError as exc:
                 raise RequestError(f"the output produced so far does not follow the structured output: {exc}",
-                                   param="resumed") from None
+                                   param="continuation") from None
 
     def abort_request(self, request_id: str) -> RequestOutput | None:
         seq = self.requests.get(request_id)
         if seq is None:
-            self.release_kv(request_id)          # a pinned prefill whose caller went away
+            self.scheduler.release_pin(request_id)   # a pinned prefill whose caller went away
             return None
         self._discard(seq, SequenceStatus.FINISHED_ABORTED, keep_output=True)
         return self.outputs.make_output(seq, [], [])
 
-    # ---- prefill/decode split: the prefill side ---------------------------------------------
+    # ---- the KV connector: pinned prefills (the prefill side) ---------------------------------
     def read_pinned_kv(self, handle: str, skip_blocks: int = 0) -> KVBlocks:
         """The prompt KV of a pinned prefill, from block `skip_blocks` on. KeyError: unknown
         handle (released, expired, or never pinned here)."""
-        seq = self.pins.get(handle)
+        kv = self.scheduler.kv
+        seq = kv.pinned(handle)
         if seq is None:
             raise KeyError(handle)
-        blocks = seq.block_table[skip_blocks:num_prompt_blocks(seq, self.config.block_size)]
+        blocks = kv.prompt_blocks(seq)[skip_blocks:]
         if not blocks:
             shape = (self.kv_cache.num_layers, 0, self.kv_cache.block_size, self.kv_cache.num_kv_heads,
                      self.kv_cache.head_dim)
@@ -369,75 +398,55 @@ class LLMEngine:
 
     def release_kv(self, handle: str) -> bool:
         """Free a pinned prefill's blocks (its full blocks stay in the prefix cache)."""
-        seq = self.pins.pop(handle)
-        if seq is None:
-            return False
-        self.block_manager.free(seq)
-        return True
+        return self.scheduler.release_pin(handle)
 
     def expire_pins(self) -> int:
         """Free the pins whose deadline passed; how many."""
-        expired = self.pins.pop_expired()
+        expired = self.scheduler.expire_pins()
         for seq in expired:
-            self.block_manager.free(seq)
-            log.warning("pinned KV expired before a decode instance released it",
-                        extra={"request_id": seq.request_id, "blocks": len(seq.block_table)})
+            log.warning("pinned KV expired before a decode worker released it",
+                        extra={"request_id": seq.request_id})
         return len(expired)
 
-    # ---- prefill/decode split: the decode side ----------------------------------------------
-    def add_prefilled(self, request_id: str, validated: tuple[list[int], SamplingParams], first_token: int,
-                      sent_chars: int = 0, num_cached_tokens: int = 0, priority: int = 0,
-                      arrival_time: float | None = None) -> int | None:
-        """A request prefilled elsewhere: its prompt and first token. Reserves blocks for the
-        prompt, reusing the local prefix cache; returns how many leading prompt blocks are already
-        here (their KV need not be pulled), or None when the pool has no room now. Then exactly one
-        of `commit_kv` (the pulled KV) or `prefill_locally` must follow."""
-        seq = self._new_sequence(request_id, None, None, priority, arrival_time, validated)
-        seq.wants_prompt_logprobs = False            # the prefill instance sent them
-        with self._undone_on_error(seq):
-            self.sampler.skip_draws(seq, 1)          # the prefill instance drew the first token
-            self._advance_grammar(seq, [first_token])
-            if self.outputs.on_token(seq, first_token) is not None:
-                raise RequestError("the first token already finishes the request; nothing to decode")
-            self.outputs.mark_sent(request_id, sent_chars)
-            seq.num_cached_tokens = num_cached_tokens
-            self.receiving[request_id] = seq
-            bm = self.block_manager
-            computed = bm.get_computed_blocks(seq)
-            if not bm.allocate_slots(seq, seq.num_prompt_tokens - len(computed) * bm.block_size, computed):
-                return None
-            bm.record_prefix_lookup(seq.num_prompt_tokens, len(computed) * bm.block_size)
-            return len(computed)
+    # ---- the KV connector: continuations waiting for their KV (the decode side) ---------------
+    def take_kv_loads(self) -> list[KVLoad]:
+        """The KV pulls the scheduler started since the last call: for the worker's side of the
+        connector, which answers each with `finish_kv_load`."""
+        return self.scheduler.kv.take_loads()
 
-    def commit_kv(self, request_id: str, kv: KVBlocks) -> bool:
-        """Write the pulled KV into the reserved blocks; the request decodes from its next step.
-        False if the request is gone (aborted meanwhile)."""
-        seq = self.receiving.pop(request_id, None)
+    def finish_kv_load(self, request_id: str, kv: KVBlocks | None) -> bool:
+        """A continuation's KV arrived (`kv`: write it into the reserved blocks; the request decodes
+        from its next step) or could not be had (None: the prompt is computed here instead, as
+        after a preemption). False if the request is gone (aborted meanwhile). ValueError, changing
+        nothing, when `kv` does not fit the blocks reserved for it."""
+        seq = self.scheduler.kv.loading(request_id)
         if seq is None:
             return False
-        expected = num_prompt_blocks(seq, self.config.block_size) - kv.first_block
-        if not seq.block_table or kv.num_blocks != expected:
-            raise ValueError(f"expected {expected} KV blocks from block {kv.first_block}, got {kv.num_blocks}")
-        if kv.num_blocks:
-            self.kv_cache.write_blocks(seq.block_table[kv.first_block:kv.first_block + kv.num_blocks], kv.k, kv.v)
-        seq.num_computed_tokens = seq.num_prompt_tokens
-        self.block_manager.cache_blocks(seq)
-        self.scheduler.add_running(seq)
+        if kv is not None:
+            blocks = self.scheduler.kv.prompt_blocks(seq)
+            expected = len(blocks) - kv.first_block
+            if kv.first_block != seq.num_computed_tokens // self.config.block_size or kv.num_blocks != expected:
+                raise ValueError(f"expected {expected} KV blocks from block "
+                                 f"{seq.num_computed_tokens // self.config.block_size}, got {kv.num_blocks} "
+                                 f"from block {kv.first_block}")
+            if kv.num_blocks:
+                self.kv_cache.write_blocks(blocks[kv.first_block:], kv.k, kv.v)
+        self.scheduler.finish_kv_load(request_id, loaded=kv is not None)
         return True
 
-    def prefill_locally(self, request_id: str) -> bool:
-        """The KV could not be pulled: compute the prompt (and first token) here instead, as a
-        preempted request is recomputed. False if the request is gone."""
-        seq = self.receiving.pop(request_id, None)
-        if seq is None:
-            return False
-        self.block_manager.free(seq)
-        seq.num_computed_tokens = 0
-        self.scheduler.add(seq)
-        return True
+    def price_kv_transfer(self, num_tokens: int, link: str) -> float:
+        """Emulated seconds to receive `num_tokens` tokens' KV over `link` (recorded)."""
+        return self.device.price_kv_transfer(num_tokens, link)
 
     def has_unfinished_requests(self) -> bool:
+        """Requests waiting or running (not those waiting for their KV: their loads are out)."""
         return self.scheduler.num_unfinished > 0
+
+    def has_runnable_requests(self) -> bool:
+        """Whether a step now can make progress without news from outside (a KV load finishing, an
+        abort, a new request): something is running. With only waiting requests and nothing running
+        after a step, the waiting ones did not fit beside the KV loads holding blocks."""
+        return bool(self.scheduler.running)
 
     # ---- one step ---------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
@@ -517,8 +526,7 @@ class LLMEngine:
         if finished is None and seq.matcher is not None and seq.matcher.is_stopped():
             finished = SequenceStatus.FINISHED_STOPPED         # the grammar is complete
         if finished is None and seq.prefill_only:
-            self.scheduler.detach(seq, SequenceStatus.PREFILLED)   # blocks stay referenced
-            self.pins.pin(seq, self.config.kv_pin_ttl_s)
+            self.scheduler.hand_off(seq, self.config.kv_pin_ttl_s)   # blocks stay, pinned
             self.requests.pop(seq.request_id, None)
         elif finished is not None:
             self.scheduler.finish(seq, finished)
@@ -572,8 +580,9 @@ class LLMEngine:
             prefix_hit_rate=bm.prefix_hit_rate, num_preemptions=self.scheduler.num_preemptions,
             prompt_tokens=self.prompt_tokens, generation_tokens=self.generation_tokens, steps=self.steps,
             emulated_time_s=pacer.emulated_time_s, host_time_s=pacer.host_time_s,
-            lag_time_s=pacer.lag_time_s, num_pinned=len(self.pins), num_pinned_blocks=self.pins.num_blocks,
-            num_receiving=len(self.receiving), kv_transfers=self.device.kv_transfers,
+            lag_time_s=pacer.lag_time_s, num_pinned=self.scheduler.kv.num_pinned,
+            num_pinned_blocks=self.scheduler.kv.num_pinned_blocks, num_receiving=self.scheduler.kv.num_loading,
+            kv_transfers=self.device.kv_transfers,
             kv_transfer_s=self.device.kv_transfer_s, kv_transfer_bytes=self.device.kv_transfer_bytes,
             request_failures=self.request_failures, step_failures=self.step_failures,
             kv_host_bytes=self.kv_cache.host_bytes, kv_host_budget_bytes=self.kv_host_budget_bytes,
@@ -581,6 +590,5 @@ class LLMEngine:
             kv_host_limited=bm.host_limited, prefix_queries=bm.prefix_queries, prefix_hits=bm.prefix_hits)
 
     def check_invariants(self) -> None:
-        """The pool adds up, counting every holder of blocks: running, pinned and receiving."""
-        live = list(self.scheduler.running) + self.pins.sequences() + list(self.receiving.values())
-        self.block_manager.check_invariants(live)
+        """The pool adds up, counting every holder of blocks: running, pinned, waiting for KV."""
+        self.block_manager.check_invariants(self.scheduler.block_holders())

@@ -17,7 +17,7 @@ class RequestOutput:
     new_token_ids: list[int]
     new_text: str
     finished: bool
-    finish_reason: str | None = None          # "stop" | "length" | "abort" | "error"
+    finish_reason: str | None = None          # "stop" | "length" | "abort" | "error" | "prefilled"
     stop_reason: int | str | None = None      # the stop token id or stop string that matched
     num_prompt_tokens: int = 0
     num_output_tokens: int = 0
@@ -50,20 +50,15 @@ class OutputProcessor:
         self._detok.pop(request_id, None)
         self._emitted.pop(request_id, None)
 
-    def mark_sent(self, request_id: str, num_chars: int) -> None:
-        """The first `num_chars` characters of the output text were sent by someone else (the
-        prefill instance of a P/D split, the instance a resumed request ran on): continue the
-        stream after them."""
-        self._emitted[request_id] = num_chars
-
     def resume(self, seq: Sequence, token_ids: list[int], sent_chars: int) -> None:
-        """`seq` produced `token_ids` on another instance, which sent the first `sent_chars`
-        characters of their text: take them as output (no stop rules: they did not stop it there)
-        and continue the stream after those characters, so text the other instance held back or
-        could not finish (part of a character, a possible stop string) follows from here."""
+        """`seq` produced `token_ids` on another worker (a continuation), which sent the first
+        `sent_chars` characters of their text: take them as output (no stop rules: they did not
+        stop it there) and continue the stream after those characters, so text the other worker
+        held back or could not finish (part of a character, a possible stop string) follows from
+        here."""
         seq.output_token_ids.extend(token_ids)
         seq.output_text = self._detok[seq.request_id].add(token_ids)
-        self.mark_sent(seq.request_id, sent_chars)
+        self._emitted[seq.request_id] = sent_chars
 
     def on_token(self, seq: Sequence, token: int) -> SequenceStatus | None:
         """Append `token` to `seq`; return the finished status if it ends the sequence."""
@@ -103,8 +98,8 @@ class OutputProcessor:
     def make_output(self, seq: Sequence, new_tokens: list[int], new_logprobs: list) -> RequestOutput:
         rid = seq.request_id
         finished = seq.status.finished
-        # a prefilled request continues elsewhere: its text keeps the stop-string hold-back
-        final = finished and seq.status != SequenceStatus.PREFILLED
+        # a request that continues elsewhere keeps its hold-back (stop strings, partial characters)
+        final = finished and not seq.status.continues_elsewhere
         if final and seq.stop_reason is None and rid in self._detok:
             # flush characters held back by the detokenizer (an incomplete UTF-8 sequence)
             seq.output_text += self._detok[rid].flush()

@@ -27,7 +27,6 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     logprobs: int | None = None        # how many top alternatives per token (0: the chosen one only)
     include_stop_str_in_output: bool = False
-    skip_special_tokens: bool = True
     min_p: float = 0.0                 # drop tokens below min_p × the most likely token's probability
     repetition_penalty: float = 1.0    # vLLM's: over prompt and output, > 1 discourages repeats
     logit_bias: dict[int, float] = field(default_factory=dict)   # token id -> added to its logit

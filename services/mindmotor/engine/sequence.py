@@ -8,24 +8,33 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .continuation import KVSource
 from .sampling_params import SamplingParams
 
 
 class SequenceStatus(enum.Enum):
     WAITING = "waiting"
+    WAITING_FOR_KV = "waiting_for_kv"   # a continuation's blocks reserved, its prompt KV being pulled
     RUNNING = "running"
     FINISHED_STOPPED = "stop"        # EOS, a stop token id or a stop string
     FINISHED_LENGTH = "length"       # max_tokens or the model's context
     FINISHED_ABORTED = "abort"
-    PREFILLED = "prefilled"          # prefill-only: first token sampled, KV pinned for a decode instance
+    PREFILLED = "prefilled"          # prefill-only: first token sampled, KV pinned for a decode worker
     FINISHED_ERROR = "error"         # the engine raised while serving it (the request alone fails)
 
     @property
     def finished(self) -> bool:
-        """Whether the engine is done computing the request (a PREFILLED one is, here)."""
+        """Whether this engine is done computing the request (a PREFILLED one is: it continues on
+        a decode worker, see `continues_elsewhere`)."""
         return self in (SequenceStatus.FINISHED_STOPPED, SequenceStatus.FINISHED_LENGTH,
                         SequenceStatus.FINISHED_ABORTED, SequenceStatus.PREFILLED,
                         SequenceStatus.FINISHED_ERROR)
+
+    @property
+    def continues_elsewhere(self) -> bool:
+        """The request's stream goes on on another worker (a continuation of it): its text keeps
+        what it holds back (a possible stop string, part of a character) for that worker."""
+        return self is SequenceStatus.PREFILLED
 
 
 @dataclass
@@ -36,7 +45,7 @@ class Sequence:
     arrival_time: float
     priority: int = 0                      # lower runs first; FCFS within a priority
     status: SequenceStatus = SequenceStatus.WAITING
-    output_token_ids: list[int] = field(default_factory=list)   # with those made before a move (resumed)
+    output_token_ids: list[int] = field(default_factory=list)   # with those made elsewhere (a continuation)
     num_computed_tokens: int = 0           # tokens whose K/V are in the cache
     num_cached_tokens: int = 0             # of the prompt, found in the prefix cache at admission
     block_table: list[int] = field(default_factory=list)
@@ -44,13 +53,14 @@ class Sequence:
     num_preemptions: int = 0
     max_total_tokens: int = 0              # prompt + output may not exceed this (model context)
     prefill_only: bool = False             # stop after the first token and pin the KV (P/D split)
+    kv_source: KVSource | None = None      # a continuation whose prompt KV is pulled, not computed
     stop_reason: int | str | None = None
     rng: np.random.Generator | None = None
     first_token_time: float | None = None
     output_text: str = ""
     logprobs: list = field(default_factory=list)
     # prompt_logprobs asked: one per prompt token after the first, computed by this engine's prefill
-    # (False when another instance computes or computed them: a resumed or prefilled-elsewhere one)
+    # (False for a continuation: the instance where the request began computed them)
     wants_prompt_logprobs: bool = False
     prompt_logprobs: list = field(default_factory=list)
     prompt_logprobs_sent: bool = False

@@ -45,6 +45,8 @@ coordinator_args: []     # more `mindmotor coordinator` flags
 
 from __future__ import annotations
 
+from mindmotor.common.roles import NAMES, Role
+
 from pathlib import Path
 
 import yaml
@@ -52,7 +54,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .liveness import LivenessSettings
 
-ROLES = ("mixed", "prefill", "decode")
 
 
 class ModelSpec(BaseModel):
@@ -73,16 +74,16 @@ class ModelSpec(BaseModel):
     def _roles_match_workers(self) -> "ModelSpec":
         if self.roles is None:
             return self
-        unknown = [r for r in self.roles if r not in ROLES]
+        unknown = [r for r in self.roles if r not in NAMES]
         if unknown or not self.roles:
-            raise ValueError(f"roles must be a non-empty list of {', '.join(ROLES)}; got {self.roles}")
+            raise ValueError(f"roles must be a non-empty list of {', '.join(NAMES)}; got {self.roles}")
         if "workers" in self.model_fields_set and self.workers != len(self.roles):
             raise ValueError(f"workers ({self.workers}) and roles ({len(self.roles)}) disagree; give one role per worker")
         self.workers = len(self.roles)
         return self
 
     def role_of(self, worker: int) -> str:
-        return self.roles[worker] if self.roles else "mixed"
+        return self.roles[worker] if self.roles else Role.MIXED.value
 
 
 Port = Field(0, ge=0, le=65535)

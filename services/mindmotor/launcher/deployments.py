@@ -11,6 +11,8 @@ settings (checked against `mindmotor worker`'s own flags); `roles` become its pr
 
 from __future__ import annotations
 
+from mindmotor.common.roles import Role
+
 import argparse
 import re
 
@@ -41,7 +43,7 @@ def deployment_spec(model: ModelSpec, index: int = 0) -> DeploymentSpec:
               **({"node": model.node} if model.node else {}),
               **settings_from_flags(model.extra_args)}
     version = {"name": VERSION, "checkpoint": str(directory) if model.path else None, "replicas": model.workers,
-               "prefill": roles.count("prefill"), "decode": roles.count("decode"), "worker": worker}
+               "prefill": roles.count(Role.PREFILL), "decode": roles.count(Role.DECODE), "worker": worker}
     try:
         return parse_spec({"name": model.name or deployment_name(directory.name, index), "model": directory.name,
                            "versions": [version], "traffic": {VERSION: 100}}, f"models[{index}]")

@@ -17,6 +17,6 @@ def resolve_model_dir(model: str | Path | None) -> Path:
         what = "the bundled demo model" if model is None else "model directory"
         raise CheckpointError(f"{directory}: {what} does not exist")
     if (directory / "mindmotor.json").is_file():
-        from mindmotor.trainer.manifest import verify_checkpoint  # no PyTorch needed
+        from .manifest import verify_checkpoint
         verify_checkpoint(directory)
     return directory

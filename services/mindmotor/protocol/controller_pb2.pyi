@@ -1,3 +1,4 @@
+from . import roles_pb2 as _roles_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -23,14 +24,14 @@ class RegisterRequest(_message.Message):
     address: str
     metrics_address: str
     model: str
-    role: str
+    role: _roles_pb2.Role
     device: str
     max_model_len: int
     block_size: int
     deployment: str
     version: str
     weight: float
-    def __init__(self, instance_id: _Optional[str] = ..., address: _Optional[str] = ..., metrics_address: _Optional[str] = ..., model: _Optional[str] = ..., role: _Optional[str] = ..., device: _Optional[str] = ..., max_model_len: _Optional[int] = ..., block_size: _Optional[int] = ..., deployment: _Optional[str] = ..., version: _Optional[str] = ..., weight: _Optional[float] = ...) -> None: ...
+    def __init__(self, instance_id: _Optional[str] = ..., address: _Optional[str] = ..., metrics_address: _Optional[str] = ..., model: _Optional[str] = ..., role: _Optional[_Union[_roles_pb2.Role, str]] = ..., device: _Optional[str] = ..., max_model_len: _Optional[int] = ..., block_size: _Optional[int] = ..., deployment: _Optional[str] = ..., version: _Optional[str] = ..., weight: _Optional[float] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
     __slots__ = ("accepted", "message", "heartbeat_interval_s", "suspect_after_s", "dead_after_s", "controller_id", "state")
@@ -70,13 +71,13 @@ class HeartbeatRequest(_message.Message):
     kv_usage: float
     outstanding_tokens: int
     state: str
-    role: str
+    role: _roles_pb2.Role
     cached_blocks: CachedBlocks
     ttft_p90_s: float
     tpot_p90_s: float
     ttft_samples: int
     tpot_samples: int
-    def __init__(self, instance_id: _Optional[str] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_usage: _Optional[float] = ..., outstanding_tokens: _Optional[int] = ..., state: _Optional[str] = ..., role: _Optional[str] = ..., cached_blocks: _Optional[_Union[CachedBlocks, _Mapping]] = ..., ttft_p90_s: _Optional[float] = ..., tpot_p90_s: _Optional[float] = ..., ttft_samples: _Optional[int] = ..., tpot_samples: _Optional[int] = ...) -> None: ...
+    def __init__(self, instance_id: _Optional[str] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_usage: _Optional[float] = ..., outstanding_tokens: _Optional[int] = ..., state: _Optional[str] = ..., role: _Optional[_Union[_roles_pb2.Role, str]] = ..., cached_blocks: _Optional[_Union[CachedBlocks, _Mapping]] = ..., ttft_p90_s: _Optional[float] = ..., tpot_p90_s: _Optional[float] = ..., ttft_samples: _Optional[int] = ..., tpot_samples: _Optional[int] = ...) -> None: ...
 
 class CachedBlocks(_message.Message):
     __slots__ = ("hashes",)
@@ -103,8 +104,8 @@ class DrainCommand(_message.Message):
 class SetRoleCommand(_message.Message):
     __slots__ = ("role",)
     ROLE_FIELD_NUMBER: _ClassVar[int]
-    role: str
-    def __init__(self, role: _Optional[str] = ...) -> None: ...
+    role: _roles_pb2.Role
+    def __init__(self, role: _Optional[_Union[_roles_pb2.Role, str]] = ...) -> None: ...
 
 class ReregisterCommand(_message.Message):
     __slots__ = ("reason",)
@@ -172,7 +173,7 @@ class InstanceInfo(_message.Message):
     address: str
     metrics_address: str
     model: str
-    role: str
+    role: _roles_pb2.Role
     device: str
     max_model_len: int
     block_size: int
@@ -183,7 +184,7 @@ class InstanceInfo(_message.Message):
     routable: bool
     load: InstanceLoad
     cached_block_hashes: _containers.RepeatedScalarFieldContainer[bytes]
-    def __init__(self, instance_id: _Optional[str] = ..., address: _Optional[str] = ..., metrics_address: _Optional[str] = ..., model: _Optional[str] = ..., role: _Optional[str] = ..., device: _Optional[str] = ..., max_model_len: _Optional[int] = ..., block_size: _Optional[int] = ..., deployment: _Optional[str] = ..., version: _Optional[str] = ..., weight: _Optional[float] = ..., state: _Optional[str] = ..., routable: _Optional[bool] = ..., load: _Optional[_Union[InstanceLoad, _Mapping]] = ..., cached_block_hashes: _Optional[_Iterable[bytes]] = ...) -> None: ...
+    def __init__(self, instance_id: _Optional[str] = ..., address: _Optional[str] = ..., metrics_address: _Optional[str] = ..., model: _Optional[str] = ..., role: _Optional[_Union[_roles_pb2.Role, str]] = ..., device: _Optional[str] = ..., max_model_len: _Optional[int] = ..., block_size: _Optional[int] = ..., deployment: _Optional[str] = ..., version: _Optional[str] = ..., weight: _Optional[float] = ..., state: _Optional[str] = ..., routable: _Optional[bool] = ..., load: _Optional[_Union[InstanceLoad, _Mapping]] = ..., cached_block_hashes: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class InstanceLoad(_message.Message):
     __slots__ = ("running", "waiting", "kv_usage", "outstanding_tokens")

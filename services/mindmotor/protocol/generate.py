@@ -3,8 +3,8 @@
     python -m mindmotor.protocol.generate            # write the stubs next to this file
     python -m mindmotor.protocol.generate --out DIR  # write them elsewhere (the freshness test)
 
-Every proto file is self-contained (no imports between our own files), so the stubs are generated
-flat and their one import (`import x_pb2`) is made package-relative.
+The files import only each other (worker.proto and controller.proto import roles.proto), so the
+stubs are generated flat and their imports (`import x_pb2`) are made package-relative.
 """
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+from . import roles_pb2 as _roles_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -7,46 +8,42 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("request_id", "prompt_text", "prompt_token_ids", "sampling", "priority", "remote_prefill", "resumed")
+    __slots__ = ("request_id", "prompt_text", "prompt_token_ids", "sampling", "priority", "continuation")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TEXT_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
-    REMOTE_PREFILL_FIELD_NUMBER: _ClassVar[int]
-    RESUMED_FIELD_NUMBER: _ClassVar[int]
+    CONTINUATION_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     prompt_text: str
     prompt_token_ids: TokenIds
     sampling: SamplingParams
     priority: int
-    remote_prefill: RemotePrefill
-    resumed: ResumedOutput
-    def __init__(self, request_id: _Optional[str] = ..., prompt_text: _Optional[str] = ..., prompt_token_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., priority: _Optional[int] = ..., remote_prefill: _Optional[_Union[RemotePrefill, _Mapping]] = ..., resumed: _Optional[_Union[ResumedOutput, _Mapping]] = ...) -> None: ...
+    continuation: Continuation
+    def __init__(self, request_id: _Optional[str] = ..., prompt_text: _Optional[str] = ..., prompt_token_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., priority: _Optional[int] = ..., continuation: _Optional[_Union[Continuation, _Mapping]] = ...) -> None: ...
 
-class RemotePrefill(_message.Message):
-    __slots__ = ("address", "handle", "first_token_id", "sent_chars", "node", "cached_tokens")
+class Continuation(_message.Message):
+    __slots__ = ("output_token_ids", "sent_chars", "kv_source")
+    OUTPUT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    SENT_CHARS_FIELD_NUMBER: _ClassVar[int]
+    KV_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    output_token_ids: _containers.RepeatedScalarFieldContainer[int]
+    sent_chars: int
+    kv_source: KVSource
+    def __init__(self, output_token_ids: _Optional[_Iterable[int]] = ..., sent_chars: _Optional[int] = ..., kv_source: _Optional[_Union[KVSource, _Mapping]] = ...) -> None: ...
+
+class KVSource(_message.Message):
+    __slots__ = ("address", "handle", "node", "cached_tokens")
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     HANDLE_FIELD_NUMBER: _ClassVar[int]
-    FIRST_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
-    SENT_CHARS_FIELD_NUMBER: _ClassVar[int]
     NODE_FIELD_NUMBER: _ClassVar[int]
     CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     address: str
     handle: str
-    first_token_id: int
-    sent_chars: int
     node: str
     cached_tokens: int
-    def __init__(self, address: _Optional[str] = ..., handle: _Optional[str] = ..., first_token_id: _Optional[int] = ..., sent_chars: _Optional[int] = ..., node: _Optional[str] = ..., cached_tokens: _Optional[int] = ...) -> None: ...
-
-class ResumedOutput(_message.Message):
-    __slots__ = ("token_ids", "sent_chars")
-    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
-    SENT_CHARS_FIELD_NUMBER: _ClassVar[int]
-    token_ids: _containers.RepeatedScalarFieldContainer[int]
-    sent_chars: int
-    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., sent_chars: _Optional[int] = ...) -> None: ...
+    def __init__(self, address: _Optional[str] = ..., handle: _Optional[str] = ..., node: _Optional[str] = ..., cached_tokens: _Optional[int] = ...) -> None: ...
 
 class TokenIds(_message.Message):
     __slots__ = ("ids",)
@@ -251,19 +248,19 @@ class SetRoleRequest(_message.Message):
     __slots__ = ("role", "drain_timeout_s")
     ROLE_FIELD_NUMBER: _ClassVar[int]
     DRAIN_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
-    role: str
+    role: _roles_pb2.Role
     drain_timeout_s: float
-    def __init__(self, role: _Optional[str] = ..., drain_timeout_s: _Optional[float] = ...) -> None: ...
+    def __init__(self, role: _Optional[_Union[_roles_pb2.Role, str]] = ..., drain_timeout_s: _Optional[float] = ...) -> None: ...
 
 class SetRoleResponse(_message.Message):
     __slots__ = ("previous_role", "role", "drained")
     PREVIOUS_ROLE_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     DRAINED_FIELD_NUMBER: _ClassVar[int]
-    previous_role: str
-    role: str
+    previous_role: _roles_pb2.Role
+    role: _roles_pb2.Role
     drained: bool
-    def __init__(self, previous_role: _Optional[str] = ..., role: _Optional[str] = ..., drained: _Optional[bool] = ...) -> None: ...
+    def __init__(self, previous_role: _Optional[_Union[_roles_pb2.Role, str]] = ..., role: _Optional[_Union[_roles_pb2.Role, str]] = ..., drained: _Optional[bool] = ...) -> None: ...
 
 class AbortRequest(_message.Message):
     __slots__ = ("request_id",)
@@ -298,14 +295,14 @@ class StatusResponse(_message.Message):
     model: str
     max_model_len: int
     block_size: int
-    role: str
+    role: _roles_pb2.Role
     state: str
     load: Load
     device: DeviceStatus
     emulated_profile: str
     timing: str
     node: str
-    def __init__(self, worker_id: _Optional[str] = ..., model: _Optional[str] = ..., max_model_len: _Optional[int] = ..., block_size: _Optional[int] = ..., role: _Optional[str] = ..., state: _Optional[str] = ..., load: _Optional[_Union[Load, _Mapping]] = ..., device: _Optional[_Union[DeviceStatus, _Mapping]] = ..., emulated_profile: _Optional[str] = ..., timing: _Optional[str] = ..., node: _Optional[str] = ...) -> None: ...
+    def __init__(self, worker_id: _Optional[str] = ..., model: _Optional[str] = ..., max_model_len: _Optional[int] = ..., block_size: _Optional[int] = ..., role: _Optional[_Union[_roles_pb2.Role, str]] = ..., state: _Optional[str] = ..., load: _Optional[_Union[Load, _Mapping]] = ..., device: _Optional[_Union[DeviceStatus, _Mapping]] = ..., emulated_profile: _Optional[str] = ..., timing: _Optional[str] = ..., node: _Optional[str] = ...) -> None: ...
 
 class Load(_message.Message):
     __slots__ = ("running", "waiting", "in_flight", "kv_usage", "num_blocks", "num_free_blocks", "prefix_hit_rate", "num_preemptions", "prompt_tokens", "generation_tokens", "steps", "emulated_time_s", "host_time_s", "lag_time_s", "kv_pinned", "kv_transfers", "kv_transfer_s")

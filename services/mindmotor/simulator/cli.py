@@ -110,7 +110,7 @@ def format_summary(s: dict) -> str:
         lines.append(f"goodput {s['goodput_fraction']:.1%} of requests ({s['goodput_req_per_s']:.2f} req/s) "
                      f"within TTFT <= {s['slo']['ttft_s']} s, TPOT <= {s['slo']['tpot_s']} s")
     if s["handoffs"]:
-        lines.append(f"P/D handoffs {s['handoffs']} ({s['local_prefills']} prefilled locally), "
+        lines.append(f"P/D handoffs {s['handoffs']}, "
                      f"KV transfer {s['kv_transfer_s_total']:.2f} s in total")
     return "\n".join(lines)
 

@@ -12,11 +12,14 @@ from mindmotor.device.hbm import plan_kv_cache
 from mindmotor.device.profiles import ModelProfile
 from mindmotor.device.specs import DeviceSpec
 from mindmotor.engine.block_manager import BlockManager
+from mindmotor.engine.continuation import KVSource
+from mindmotor.engine.kv_connector import KVLoad
 from mindmotor.engine.sampling_params import SamplingParams
 from mindmotor.engine.scheduler import Scheduler, SchedulerConfig
 from mindmotor.engine.sequence import Sequence, SequenceStatus
 
 PLACEHOLDER_TOKEN = 1
+PIN_TTL_S = float("inf")     # emulated time: the decode side always releases the pin
 
 
 @dataclass
@@ -60,7 +63,6 @@ class SimInstance:
             max_model_len=self.max_model_len, enable_chunked_prefill=enable_chunked_prefill),
             self.block_manager)
         self.requests: dict[str, SimRequest] = {}
-        self.pinned: dict[str, Sequence] = {}       # prefill side: KV held until the decode side pulled it
         self.busy_until = 0.0
         self.busy_s = 0.0
         self.steps = 0
@@ -71,46 +73,37 @@ class SimInstance:
 
     # ---- requests ---------------------------------------------------------------------------
     def add(self, req: SimRequest, prefill_only: bool = False) -> None:
-        seq = Sequence(request_id=str(req.index), prompt_token_ids=[req.index + 2] * req.prompt_tokens,
-                       params=SamplingParams(max_tokens=req.output_tokens, ignore_eos=True),
-                       arrival_time=req.arrival_s, max_total_tokens=self.max_model_len)
+        seq = self._sequence(req)
         seq.prefill_only = prefill_only
-        req.seq = seq
-        self.requests[seq.request_id] = req
         self.scheduler.add(seq)
 
-    def reserve_prefilled(self, req: SimRequest) -> bool:
-        """Decode side of a handoff (`LLMEngine.add_prefilled`): blocks for the prompt, the first
-        token already made. False when the pool has no room now (the caller prefills locally)."""
+    def add_continuation(self, req: SimRequest, prefill: "SimInstance") -> None:
+        """Decode side of a handoff: a continuation of the request's first token whose prompt KV is
+        pinned on `prefill` — the scheduler reserves its blocks in its turn and it waits for the
+        KV (`take_kv_loads`, then `finish_kv_load`), as in the engine."""
+        seq = self._sequence(req)
+        seq.output_token_ids.append(PLACEHOLDER_TOKEN)
+        seq.kv_source = KVSource(address=f"sim-{prefill.index}", handle=seq.request_id)
+        self.scheduler.add(seq)
+
+    def _sequence(self, req: SimRequest) -> Sequence:
         seq = Sequence(request_id=str(req.index), prompt_token_ids=[req.index + 2] * req.prompt_tokens,
                        params=SamplingParams(max_tokens=req.output_tokens, ignore_eos=True),
                        arrival_time=req.arrival_s, max_total_tokens=self.max_model_len)
-        seq.output_token_ids.append(PLACEHOLDER_TOKEN)
         req.seq = seq
         self.requests[seq.request_id] = req
-        bm = self.block_manager
-        computed = bm.get_computed_blocks(seq)
-        if not bm.allocate_slots(seq, seq.num_prompt_tokens - len(computed) * bm.block_size, computed):
-            return False
-        return True
+        return seq
 
-    def commit_prefilled(self, req: SimRequest) -> None:
-        """The KV arrived (`LLMEngine.commit_kv`): the request decodes from the next step."""
-        seq = req.seq
-        seq.num_computed_tokens = seq.num_prompt_tokens
-        self.block_manager.cache_blocks(seq)
-        self.scheduler.add_running(seq)
+    def take_kv_loads(self) -> list[KVLoad]:
+        """The KV pulls the scheduler started (in the last `step`)."""
+        return self.scheduler.kv.take_loads()
 
-    def prefill_locally(self, req: SimRequest) -> None:
-        """No room for the pulled KV: compute the prompt here (`LLMEngine.prefill_locally`)."""
-        seq = req.seq
-        self.block_manager.free(seq)
-        seq.num_computed_tokens = 0
-        self.scheduler.add(seq)
+    def finish_kv_load(self, req: SimRequest) -> None:
+        """The KV arrived: the request decodes from the next step."""
+        self.scheduler.finish_kv_load(str(req.index), loaded=True)
 
     def release_pinned(self, request_id: str) -> None:
-        seq = self.pinned.pop(request_id)
-        self.block_manager.free(seq)
+        self.scheduler.release_pin(request_id)
 
     @property
     def has_work(self) -> bool:
@@ -151,8 +144,7 @@ class SimInstance:
                 del self.requests[seq.request_id]
                 events.finished.append(req)
             elif seq.prefill_only:
-                self.scheduler.detach(seq, SequenceStatus.PREFILLED)
-                self.pinned[seq.request_id] = seq
+                self.scheduler.hand_off(seq, PIN_TTL_S)
                 del self.requests[seq.request_id]
                 events.prefilled.append(req)
         self.steps += 1

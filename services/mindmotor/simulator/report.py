@@ -65,7 +65,7 @@ def summarize(result: SimulationResult, slo: SLO = SLO()) -> dict:
         "kv_usage_mean": float(np.mean([i["kv_usage_mean"] for i in instances])),
         "kv_usage_peak": float(max(i["kv_usage_peak"] for i in instances)),
         "preemptions": int(sum(i["preemptions"] for i in instances)),
-        "handoffs": result.handoffs, "local_prefills": result.local_prefills,
+        "handoffs": result.handoffs,
         "kv_transfer_s_total": result.kv_transfer_s,
         "instances": instances,
     }

@@ -1,8 +1,9 @@
 """The event loop: trace arrivals routed by the coordinator's real policies to `SimInstance`s,
-each stepping in emulated time; P/D handoffs priced like the workers price them (the decode
-side reserves blocks, pays `CostModel.kv_transfer_seconds` over HCCS within a node or the
-inter-node link across, then decodes; no room means it prefills locally; the prefill side holds
-the KV pinned until the pull is done).
+each stepping in emulated time; P/D handoffs go through the engine's own continuation path (the
+decode side's scheduler admits a continuation with a KV source in its turn, reserving blocks for
+the prompt; its KV load is priced by `CostModel.kv_transfer_seconds` over HCCS within a node or
+the inter-node link across, then it decodes; the prefill side holds the KV pinned until the pull
+is done).
 
 Events happen in time order. A step's scheduling and bookkeeping happen at its start (as in
 `LLMEngine.step`, where postprocessing precedes the device's pacing); its tokens become visible
@@ -40,7 +41,6 @@ class SimulationResult:
     wall_s: float
     clipped: int                                  # requests shortened to fit max_model_len
     handoffs: int = 0
-    local_prefills: int = 0                       # handoffs whose decode side had no room
     kv_transfer_s: float = 0.0
     extra: dict = field(default_factory=dict)
 
@@ -113,13 +113,20 @@ def simulate(spec: ClusterSpec, trace: list[TraceRequest], num_blocks: int | Non
         heapq.heappush(events, (req.arrival_s, next(counter), ARRIVAL, req, None))
     stepping = [False] * len(cluster.instances)
     itl = array("d")
-    stats = {"handoffs": 0, "local_prefills": 0, "kv_transfer_s": 0.0}
+    stats = {"handoffs": 0, "kv_transfer_s": 0.0}
     now = 0.0
 
     def kick(inst: SimInstance) -> None:
         if stepping[inst.index] or not inst.has_work:
             return
         result = inst.step()
+        for load in inst.take_kv_loads():         # continuations admitted by this step's schedule
+            req = inst.requests[load.request_id]
+            prefill = cluster.instances[req.prefill_instance]
+            link = "intra_node" if prefill.node == inst.node else "inter_node"
+            seconds = inst.cost_model.kv_transfer_seconds(load.num_tokens, link)
+            stats["kv_transfer_s"] += seconds
+            heapq.heappush(events, (now + seconds, next(counter), KV_ARRIVE, inst, req))
         if result is None:                        # waiting for blocks another holder frees
             return
         seconds, produced = result
@@ -163,20 +170,12 @@ def simulate(spec: ClusterSpec, trace: list[TraceRequest], num_blocks: int | Non
                 dec.outstanding_tokens += cost(req)
                 dec.in_flight += 1
                 stats["handoffs"] += 1
-                if dec.reserve_prefilled(req):
-                    link = "intra_node" if dec.node == inst.node else "inter_node"
-                    seconds = dec.cost_model.kv_transfer_seconds(req.prompt_tokens, link)
-                    stats["kv_transfer_s"] += seconds
-                    heapq.heappush(events, (now + seconds, next(counter), KV_ARRIVE, dec, req))
-                else:
-                    stats["local_prefills"] += 1
-                    inst.release_pinned(str(req.index))
-                    dec.prefill_locally(req)
-                    kick(dec)
+                dec.add_continuation(req, inst)
+                kick(dec)
             kick(inst)
         else:                                      # KV_ARRIVE
             dec, req = a, b
-            dec.commit_prefilled(req)
+            dec.finish_kv_load(req)
             prefill = cluster.instances[req.prefill_instance]
             prefill.release_pinned(str(req.index))
             kick(prefill)

@@ -21,7 +21,7 @@ from mindmotor.engine.sampler import log_softmax
 
 from .corpus import read_documents
 from .data import pack, token_stream
-from .manifest import read_manifest
+from mindmotor.model.manifest import read_manifest
 
 
 @dataclass

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from mindmotor.model.config import CheckpointError
 
-from .manifest import build_manifest, verify_checkpoint, write_manifest
+from mindmotor.model.manifest import build_manifest, verify_checkpoint, write_manifest
 from .permissions import make_dirs, make_readable
 
 TRAINING_ONLY_FILES = ("trainer_state.pt",)

@@ -249,7 +249,7 @@ def cmd_checkpoints_list(args) -> int:
 def cmd_checkpoints_verify(args) -> int:
     from mindmotor.model.config import CheckpointError
 
-    from .manifest import verify_checkpoint
+    from mindmotor.model.manifest import verify_checkpoint
     from .store import CheckpointStore
 
     try:

@@ -16,7 +16,7 @@ from mindmotor.common.tokenizer import Tokenizer
 from mindmotor.model.config import CheckpointError, LlamaConfig
 
 from .init_from import beyond_training_model
-from .manifest import MANIFEST_NAME, verify_checkpoint
+from mindmotor.model.manifest import MANIFEST_NAME, verify_checkpoint
 from .model import LlamaForCausalLM
 
 DEFAULT_TEXT = ('def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'

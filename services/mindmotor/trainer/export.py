@@ -27,7 +27,7 @@ from mindmotor.common.tokenizer import (TOKENIZER_CONFIG_FILE, TOKENIZER_FILE, T
                                         save_tokenizer)
 from mindmotor.model.config import CheckpointError, LlamaConfig
 
-from .manifest import build_manifest, write_manifest
+from mindmotor.model.manifest import build_manifest, write_manifest
 from .model import LlamaForCausalLM
 from .permissions import make_dirs, make_readable
 

@@ -100,7 +100,7 @@ def init_source(directory: str | Path, flag: str = "--init-from") -> InitSource:
         raise ConfigError(f"{flag} {directory}: head_dim {model_config.head_dim} × "
                           f"{model_config.num_attention_heads} heads is not hidden_size "
                           f"{model_config.hidden_size}; the trainer's attention needs them equal")
-    from .manifest import MANIFEST_NAME, read_manifest
+    from mindmotor.model.manifest import MANIFEST_NAME, read_manifest
 
     version = None
     if (directory / MANIFEST_NAME).is_file():

@@ -18,7 +18,7 @@ from mindmotor.model.config import CheckpointError
 from .config import TrainConfig
 from .distributed import DistContext
 from .export import TRAINER_STATE_NAME
-from .manifest import verify_checkpoint
+from mindmotor.model.manifest import verify_checkpoint
 from .model import LlamaForCausalLM
 
 # Fields that must not change between a checkpoint and the run that resumes it.

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from mindmotor.model.config import CheckpointError
 
-from .manifest import MANIFEST_NAME, read_manifest, verify_checkpoint
+from mindmotor.model.manifest import MANIFEST_NAME, read_manifest, verify_checkpoint
 from .permissions import FILE_MODE
 
 PROMOTED_NAME = "PROMOTED"

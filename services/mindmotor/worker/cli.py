@@ -9,6 +9,8 @@ stderr. Nothing heavy is imported until the command runs.
 
 from __future__ import annotations
 
+from mindmotor.common.roles import NAMES, Role
+
 import argparse
 
 
@@ -46,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ctl.add_argument("--weight", type=int, default=1, help="routing weight (default: %(default)s)")
 
     pd = parser.add_argument_group("prefill/decode split")
-    pd.add_argument("--role", choices=("mixed", "prefill", "decode"), default="mixed",
+    pd.add_argument("--role", choices=NAMES, default=Role.MIXED.value,
                     help="what routers send here; changeable at run time (default: %(default)s)")
     pd.add_argument("--node", default=None,
                     help="node name: KV moves over HCCS between workers of one node, else over the "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import grpc
 
+from mindmotor.common.roles import Role
 from mindmotor.common import rpc
 from mindmotor.protocol import worker_pb2 as pb
 from mindmotor.protocol import worker_pb2_grpc
@@ -27,7 +28,7 @@ def fetch_status(address: str, timeout: float = 5.0) -> dict:
                       f"{exc.code().name}: {exc.details()}") from exc
     snapshot = _fields(status.device)
     snapshot.update(load=_fields(status.load), worker_id=status.worker_id, model=status.model,
-                    role=status.role, state=status.state, address=address)
+                    role=Role.from_proto(status.role, Role.MIXED), state=status.state, address=address)
     return snapshot
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from mindmotor.common.roles import NAMES, Role
+
 import os
 import socket
 from dataclasses import dataclass, field
@@ -23,7 +25,7 @@ class WorkerConfig:
     metrics_port: int = 0             # Prometheus /metrics; 0: pick a free port
     worker_id: str = field(default_factory=default_worker_id)
     drain_timeout_s: float = 30.0     # SIGTERM: longest wait for in-flight requests
-    role: str = "mixed"               # "mixed" | "prefill" | "decode" (changeable: SetRole)
+    role: str = Role.MIXED.value      # "mixed" | "prefill" | "decode" (changeable: SetRole)
     node: str = field(default_factory=socket.gethostname)  # same node: KV moves over HCCS
     kv_pull_timeout_s: float = 5.0    # decode side: longest KV pull before prefilling locally
     role_drain_timeout_s: float = 30.0  # a role switch waits this long for in-flight requests
@@ -39,7 +41,7 @@ class WorkerConfig:
     def __post_init__(self):
         if not 0 <= self.port <= 65535 or not 0 <= self.metrics_port <= 65535:
             raise ValueError(f"ports must be in [0, 65535], got {self.port} and {self.metrics_port}")
-        if self.role not in ("mixed", "prefill", "decode"):
+        if self.role not in NAMES:
             raise ValueError(f"role must be one of mixed, prefill, decode, got {self.role!r}")
         if self.kv_pull_timeout_s <= 0:
             raise ValueError(f"the KV pull timeout must be positive, got {self.kv_pull_timeout_s}")

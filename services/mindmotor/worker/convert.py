@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from mindmotor.engine.continuation import Continuation, KVSource
 from mindmotor.engine.grammar import Constraint
-from mindmotor.engine.llm_engine import ResumedPrompt
 from mindmotor.engine.output import RequestOutput
 from mindmotor.engine.sampling_params import SamplingParams
 from mindmotor.protocol import worker_pb2 as pb
@@ -19,10 +19,19 @@ def prompt_from_request(request: pb.GenerateRequest) -> str | list[int]:
     raise ValueError("the request has no prompt: set prompt_text or prompt_token_ids")
 
 
-def resumed_prompt(prompt: str | list[int], resumed: pb.ResumedOutput) -> ResumedPrompt:
-    """The prompt of a request that continues after output produced on another instance (the
-    engine checks the tokens and `sent_chars`)."""
-    return ResumedPrompt(prompt, list(resumed.token_ids), resumed.sent_chars)
+def continuation_from_request(request: pb.GenerateRequest) -> Continuation | None:
+    """The request's continuation, if it is one (the engine checks the tokens and `sent_chars`);
+    ValueError for a KV source without an address or handle."""
+    if not request.HasField("continuation"):
+        return None
+    c = request.continuation
+    source = None
+    if c.HasField("kv_source"):
+        k = c.kv_source
+        if not k.address or not k.handle:
+            raise ValueError("a continuation's kv_source needs the address and handle of the pinned KV")
+        source = KVSource(address=k.address, handle=k.handle, node=k.node, cached_tokens=k.cached_tokens)
+    return Continuation(tuple(c.output_token_ids), c.sent_chars, source)
 
 
 def sampling_params_from_proto(p: pb.SamplingParams) -> SamplingParams:

@@ -7,7 +7,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from mindmotor.engine.kv_transfer import KVBlocks
+from mindmotor.engine.kv_connector import KVBlocks
 from mindmotor.protocol import worker_pb2 as pb
 
 DEFAULT_BLOCKS_PER_CHUNK = 8

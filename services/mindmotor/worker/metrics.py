@@ -9,6 +9,8 @@ mean TPOT per request) whose p90 the worker reports in its heartbeats.
 
 from __future__ import annotations
 
+from mindmotor.common.roles import Role
+
 import time
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -36,7 +38,7 @@ NPU_GAUGES = {
 class EngineCollector(Collector):
     """Engine load and device telemetry, read from the engine at each scrape."""
 
-    def __init__(self, engine, admission, role=lambda: "mixed", model_name: str = ""):
+    def __init__(self, engine, admission, role=lambda: Role.MIXED, model_name: str = ""):
         self.engine = engine
         self.admission = admission
         self.role = role
@@ -45,7 +47,7 @@ class EngineCollector(Collector):
     def collect(self):
         stats = self.engine.stats()
         role = GaugeMetricFamily("mindmotor_worker_role", "1 for the role this worker serves as", labels=["role"])
-        for name in ("mixed", "prefill", "decode"):
+        for name in Role:
             role.add_metric([name], 1.0 if self.role() == name else 0.0)
         yield role
         yield _gauge("mindmotor_kv_pinned_requests", "Prefilled requests whose KV waits for a decode instance",
@@ -123,7 +125,7 @@ def _npu_gauges(snapshot: dict):
 class WorkerMetrics:
     """The worker's registry: the scrape-time collector plus per-request latencies and outcomes."""
 
-    def __init__(self, engine, admission, role=lambda: "mixed", model_name: str = ""):
+    def __init__(self, engine, admission, role=lambda: Role.MIXED, model_name: str = ""):
         self.model_name = model_name
         self.registry = CollectorRegistry()
         self.collector = EngineCollector(engine, admission, role, model_name)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import socket
 
+from mindmotor.common.roles import Role
 from mindmotor.controller.client import InstanceAgent, InstanceLoad
 from mindmotor.protocol import controller_pb2
 
@@ -51,7 +52,7 @@ async def start_agent(config: WorkerConfig, port: int, metrics_port: int, servic
         ttft_p90, ttft_n = service.metrics.recent_ttft.percentile(90)
         tpot_p90, tpot_n = service.metrics.recent_tpot.percentile(90)
         return InstanceLoad(running=current.load.running, waiting=current.load.waiting,
-                            kv_usage=current.load.kv_usage, role=current.role,
+                            kv_usage=current.load.kv_usage, role=Role.from_proto(current.role),
                             # a failed worker (dead engine) is not routable: the controller knows "draining"
                             state=DRAINING if admission.state == FAILED else admission.state,
                             ttft_p90_s=ttft_p90, tpot_p90_s=tpot_p90, ttft_samples=ttft_n, tpot_samples=tpot_n)
@@ -60,7 +61,7 @@ async def start_agent(config: WorkerConfig, port: int, metrics_port: int, servic
         log.info("drain commanded by the controller", extra={"reason": reason})
         await admission.start_drain()
 
-    async def on_set_role(role: str) -> None:
+    async def on_set_role(role: Role) -> None:
         log.info("role switch commanded by the controller", extra={"role": role})
         await service.set_role(role)
 

@@ -15,23 +15,17 @@ import asyncio
 import logging
 from typing import Callable
 
+from mindmotor.common.roles import Role
+
 from .admission import Admission
 
 log = logging.getLogger("mindmotor.worker")
 
-ROLES = ("mixed", "prefill", "decode")
-
-
-def check_role(role: str) -> str:
-    if role not in ROLES:
-        raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
-    return role
-
 
 class RoleSwitch:
-    def __init__(self, admission: Admission, role: str, drain_timeout_s: float = 30.0):
+    def __init__(self, admission: Admission, role: Role | str, drain_timeout_s: float = 30.0):
         self.admission = admission
-        self.role = check_role(role)
+        self.role = Role.parse(role)
         self.drain_timeout_s = drain_timeout_s
         self.switching = False
         self._lock = asyncio.Lock()
@@ -41,9 +35,9 @@ class RoleSwitch:
         """Called when the reported state or role changes (e.g. to heartbeat at once)."""
         self._listeners.append(listener)
 
-    async def switch(self, role: str, drain_timeout_s: float | None = None) -> tuple[str, bool]:
+    async def switch(self, role: Role | str, drain_timeout_s: float | None = None) -> tuple[Role, bool]:
         """Serve as `role` from now on; returns (previous role, whether in-flight work drained)."""
-        check_role(role)
+        role = Role.parse(role)
         async with self._lock:
             previous = self.role
             if role == previous:

@@ -17,6 +17,7 @@ import sys
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
+from mindmotor.common.roles import Role
 from mindmotor.common import rpc
 from mindmotor.engine.async_engine import AsyncLLMEngine
 from mindmotor.protocol import worker_pb2, worker_pb2_grpc
@@ -36,7 +37,7 @@ STOP_GRACE_S = 1.0     # after the drain: time for the last responses (or aborts
 async def serve(config: WorkerConfig) -> int:
     engine = AsyncLLMEngine(config.engine)
     admission = Admission(config.max_concurrent_requests)
-    model_name = config.served_model_name or engine.engine.model_name
+    model_name = config.served_model_name or engine.info.model_name
     metrics = WorkerMetrics(engine, admission, model_name=model_name)
     service = WorkerService(engine, admission, metrics, config.worker_id, model_name, config.role,
                             node=config.node, kv_pull_timeout_s=config.kv_pull_timeout_s,
@@ -113,7 +114,7 @@ def announce_ready(config: WorkerConfig, port: int, metrics_port: int, service: 
         "worker_id": config.worker_id, "host": config.host, "port": port, "metrics_port": metrics_port,
         "model": status.model, "device": status.device.device, "emulated_profile": status.emulated_profile,
         "timing": status.timing, "num_blocks": status.load.num_blocks, "max_model_len": status.max_model_len,
-        "role": status.role, "node": status.node})
+        "role": Role.from_proto(status.role), "node": status.node})
     print(ready_line(port, metrics_port), file=sys.stdout, flush=True)
 
 

@@ -5,13 +5,15 @@ INVALID_ARGUMENT; one the engine raised for fails alone with INTERNAL (trailing 
 `mindmotor-failure: request`); a dead engine answers UNAVAILABLE (`mindmotor-failure: engine`).
 Over the limit of concurrent requests a call is refused with RESOURCE_EXHAUSTED. A client that
 cancels or goes away cancels this handler's task, which closes the engine stream, which aborts
-the request and frees its KV blocks. A `resumed` request (moved
-here after its instance failed) continues after its output so far, which it does not repeat.
+the request and frees its KV blocks. A request with a `continuation` (moved here after its
+worker failed, or the decode half of a prefill/decode split) continues after its output so far,
+which it does not repeat.
 
 Prefill/decode split: `Prefill` runs a prefill-only request (first token back, KV pinned under
-its request id); `PullKV` streams a pinned KV to a decode instance, `ReleaseKV` frees it; a
-`Generate` with `remote_prefill` pulls the KV through `KVReceiver` before it decodes. `SetRole`
-switches the role after draining (`RoleSwitch`).
+its request id); `PullKV` streams a pinned KV to a decode worker, `ReleaseKV` frees it — both
+through the worker side of the KV connector (`kv_connector.WorkerKVConnector`), which also pulls
+the KV of a continuation with a KV source while the engine holds it in `WAITING_FOR_KV`.
+`SetRole` switches the role after draining (`RoleSwitch`).
 
 The model is served (Status, ModelInfo) under `model_name`: `--served-model-name`, else the
 checkpoint directory's name.
@@ -27,7 +29,9 @@ from typing import NoReturn
 import grpc
 
 from mindmotor.common.logging import request_context
+from mindmotor.common.roles import Role
 from mindmotor.engine.async_engine import AsyncLLMEngine, EngineDeadError, RequestFailed
+from mindmotor.engine.continuation import Continuation
 from mindmotor.engine.llm_engine import RequestError
 from mindmotor.engine.sampling_params import SamplingParams
 from mindmotor.protocol import worker_pb2 as pb
@@ -35,22 +39,19 @@ from mindmotor.protocol.failure import ENGINE_DEAD, FAILURE_METADATA_KEY, PARAM_
 from mindmotor.protocol import worker_pb2_grpc
 
 from .admission import Admission
-from .convert import (device_status_from_snapshot, load_from_stats, prefill_response, prompt_from_request,
-                      response_from_output, resumed_prompt, sampling_params_from_proto)
-from .kv_receiver import KVReceiver
-from .kv_stream import DEFAULT_BLOCKS_PER_CHUNK, chunks_from_blocks
+from .convert import (continuation_from_request, device_status_from_snapshot, load_from_stats, prefill_response,
+                      prompt_from_request, response_from_output, sampling_params_from_proto)
+from .kv_connector import WorkerKVConnector
 from .metrics import WorkerMetrics
 from .model_info import digest_only, read_model_info
-from .roles import ROLES, RoleSwitch
+from .roles import RoleSwitch
 
 log = logging.getLogger("mindmotor.worker")
-
-ROLE_MIXED = "mixed"
 
 
 class WorkerService(worker_pb2_grpc.WorkerServicer):
     def __init__(self, engine: AsyncLLMEngine, admission: Admission, metrics: WorkerMetrics,
-                 worker_id: str, model_name: str, role: str = ROLE_MIXED, node: str = "",
+                 worker_id: str, model_name: str, role: Role | str = Role.MIXED, node: str = "",
                  kv_pull_timeout_s: float = 5.0, role_drain_timeout_s: float = 30.0):
         self.engine = engine
         self.admission = admission
@@ -58,44 +59,30 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
         self.worker_id = worker_id
         self.model_name = model_name
         self.node = node
-        self.model_info = read_model_info(engine.engine.model_dir, model_name, engine.engine.max_model_len)
+        self.model_info = read_model_info(engine.info.model_dir, model_name, engine.info.max_model_len)
         self.model_digest = digest_only(self.model_info)
         self.roles = RoleSwitch(admission, role, role_drain_timeout_s)
-        self.kv = KVReceiver(engine, metrics, node, kv_pull_timeout_s)
+        self.kv = WorkerKVConnector(engine, metrics, node, kv_pull_timeout_s)
 
     @property
-    def role(self) -> str:
+    def role(self) -> Role:
         return self.roles.role
 
     # ---- Generate ----------------------------------------------------------------------------
     async def Generate(self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext) -> None:
         request_id = request.request_id or uuid.uuid4().hex
         with request_context(request_id):
-            prompt, params = await self._admit(request_id, request, context)
+            prompt, params, continuation = await self._admit(request_id, request, context)
+            if continuation is not None:
+                log.info("continuing a request begun elsewhere", extra={
+                    "output_tokens": len(continuation.output_token_ids),
+                    "kv_source": continuation.kv_source.address if continuation.kv_source else None})
             with self.admission.track(request_id):
-                await self._stream(await self._opener(request_id, request, prompt, params, context), context)
+                await self._stream(lambda: self.engine.generate(request_id, prompt, params, request.priority,
+                                                                continuation=continuation), context)
 
-    async def _opener(self, request_id: str, request: pb.GenerateRequest, prompt: str | list[int],
-                      params: SamplingParams, context):
-        """What opens the request's output stream: a remote-prefilled request pulls its KV first,
-        a resumed one continues after its output so far. Refuses (raising) a request that is both,
-        or remote-prefilled without token ids."""
-        if request.HasField("remote_prefill"):
-            if isinstance(prompt, str):
-                await _refuse(context, grpc.StatusCode.INVALID_ARGUMENT,
-                              "a remote-prefilled request must carry prompt_token_ids")
-            if request.HasField("resumed"):
-                await _refuse(context, grpc.StatusCode.INVALID_ARGUMENT,
-                              "a request is either remote-prefilled or resumed, not both")
-            return lambda: self._remote_outputs(request_id, prompt, params, request.priority,
-                                                request.remote_prefill)
-        if request.HasField("resumed"):
-            prompt = resumed_prompt(prompt, request.resumed)
-            log.info("resuming a request moved from another instance",
-                     extra={"resumed_tokens": len(request.resumed.token_ids)})
-        return lambda: self.engine.generate(request_id, prompt, params, request.priority)
-
-    async def _admit(self, request_id: str, request, context) -> tuple[str | list[int], SamplingParams]:
+    async def _admit(self, request_id: str, request, context
+                     ) -> tuple[str | list[int], SamplingParams, Continuation | None]:
         """Refuse (raising) when the engine died, when draining, when at the concurrency limit, for
         a duplicate id or a malformed request."""
         if self.engine.dead is not None or self.admission.failed:
@@ -115,27 +102,11 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
             await _refuse(context, grpc.StatusCode.ALREADY_EXISTS,
                           f"request id {request_id!r} is already in use")
         try:
-            return prompt_from_request(request), sampling_params_from_proto(request.sampling)
+            continuation = continuation_from_request(request) if isinstance(request, pb.GenerateRequest) else None
+            return prompt_from_request(request), sampling_params_from_proto(request.sampling), continuation
         except ValueError as exc:
             self.metrics.refused.labels(reason="invalid_argument").inc()
             await _refuse(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc), param=getattr(exc, "param", None))
-
-    async def _remote_outputs(self, request_id: str, prompt: list[int], params: SamplingParams, priority: int,
-                              remote: pb.RemotePrefill):
-        """The outputs of a request prefilled elsewhere: reserve blocks, pull the KV (or fall back
-        to prefilling here), then decode."""
-        skip, outputs = await self.engine.add_prefilled(
-            request_id, prompt, params, remote.first_token_id, remote.sent_chars, remote.cached_tokens, priority)
-        try:
-            outcome = await self.kv.receive(request_id, remote, len(prompt), skip)
-        except BaseException:
-            self.engine.abort(request_id)
-            raise
-        log.info("remote prefill received", extra={"outcome": outcome, "prefill": remote.address,
-                                                   "skip_blocks": skip})
-        async with aclosing(outputs) as stream:
-            async for out in stream:
-                yield out
 
     async def _stream(self, open_outputs, context: grpc.aio.ServicerContext) -> None:
         """Write every output of `open_outputs()` (raises RequestError for a refused request)."""
@@ -187,13 +158,13 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
         return self.status()
 
     def status(self) -> pb.StatusResponse:
-        engine = self.engine.engine
+        info = self.engine.info
         return pb.StatusResponse(
-            worker_id=self.worker_id, model=self.model_name, max_model_len=engine.max_model_len,
-            block_size=engine.config.block_size, role=self.role, state=self.admission.state,
+            worker_id=self.worker_id, model=self.model_name, max_model_len=info.max_model_len,
+            block_size=info.block_size, role=self.role.to_proto(), state=self.admission.state,
             load=load_from_stats(self.engine.stats(), len(self.admission.in_flight)),
             device=device_status_from_snapshot(self.engine.device_snapshot()),
-            emulated_profile=engine.device.profile.name, timing=engine.config.timing, node=self.node)
+            emulated_profile=info.profile_name, timing=info.timing, node=self.node)
 
     async def ModelInfo(self, request: pb.ModelInfoRequest, context) -> pb.ModelInfoResponse:
         return self.model_digest if request.digest_only else self.model_info
@@ -202,11 +173,12 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
     async def Prefill(self, request: pb.PrefillRequest, context) -> pb.PrefillResponse:
         request_id = request.request_id or uuid.uuid4().hex
         with request_context(request_id):
-            prompt, params = await self._admit(request_id, request, context)
+            prompt, params, _ = await self._admit(request_id, request, context)
             with self.admission.track(request_id):
                 timer = self.metrics.request_timer()
+                ids: list[int] = []
                 try:
-                    ids, _ = self.engine.engine.validate(prompt, params)
+                    ids = self.engine.validate(prompt, params).prompt_token_ids
                     async with aclosing(self.engine.generate(request_id, ids, params, request.priority,
                                                              prefill_only=True)) as outputs:
                         out = None
@@ -226,29 +198,32 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                 log.info("prefill done", extra={"finish_reason": out.finish_reason,
                                                 "prompt_tokens": len(ids), "ttft_s": timer.ttft_s,
                                                 "cached_tokens": out.num_cached_tokens})
-                return prefill_response(out, ids, self.node, self.engine.engine.config.block_size)
+                return prefill_response(out, ids, self.node, self.engine.info.block_size)
 
     async def PullKV(self, request: pb.PullKVRequest, context):
         try:
-            kv = await self.engine.call(lambda e: e.read_pinned_kv(request.handle, request.skip_blocks))
+            chunks = await self.kv.read(request.handle, request.skip_blocks, request.blocks_per_chunk)
         except KeyError:
             await context.abort(grpc.StatusCode.NOT_FOUND,
                                 f"no pinned KV under handle {request.handle!r} (released or expired)")
-        for chunk in chunks_from_blocks(kv, request.blocks_per_chunk or DEFAULT_BLOCKS_PER_CHUNK):
+        for chunk in chunks:
             await context.write(chunk)
 
     async def ReleaseKV(self, request: pb.ReleaseKVRequest, context) -> pb.ReleaseKVResponse:
-        found = await self.engine.call(lambda e: e.release_kv(request.handle))
-        return pb.ReleaseKVResponse(found=found)
+        return pb.ReleaseKVResponse(found=await self.kv.release(request.handle))
 
     async def SetRole(self, request: pb.SetRoleRequest, context) -> pb.SetRoleResponse:
-        if request.role not in ROLES:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"role must be one of {', '.join(ROLES)}, got {request.role!r}")
-        previous, drained = await self.set_role(request.role, request.drain_timeout_s or None)
-        return pb.SetRoleResponse(previous_role=previous, role=self.role, drained=drained)
+        try:
+            role = Role.from_proto(request.role)
+        except ValueError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        if role is None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "role is required (ROLE_MIXED, ROLE_PREFILL or "
+                                                                  "ROLE_DECODE)")
+        previous, drained = await self.set_role(role, request.drain_timeout_s or None)
+        return pb.SetRoleResponse(previous_role=previous.to_proto(), role=self.role.to_proto(), drained=drained)
 
-    async def set_role(self, role: str, drain_timeout_s: float | None = None) -> tuple[str, bool]:
+    async def set_role(self, role: Role, drain_timeout_s: float | None = None) -> tuple[Role, bool]:
         previous, drained = await self.roles.switch(role, drain_timeout_s)
         if previous != role:
             self.metrics.role_switches.labels(role=role).inc()

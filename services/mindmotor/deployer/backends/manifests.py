@@ -11,6 +11,8 @@ grace period covers the worker's drain timeout.
 
 from __future__ import annotations
 
+from mindmotor.common.roles import Role
+
 from collections import Counter
 from typing import Any
 
@@ -31,9 +33,9 @@ def version_labels(deployment: str, version: str) -> dict[str, str]:
     return {**MANAGED_BY, DEPLOYMENT_LABEL: deployment, VERSION_LABEL: version}
 
 
-def object_name(deployment: str, version: str, role: str = "mixed") -> str:
+def object_name(deployment: str, version: str, role: str = Role.MIXED) -> str:
     base = f"{deployment}-{version}"
-    return base if role == "mixed" else f"{base}-{role}"
+    return base if role == Role.MIXED else f"{base}-{role}"
 
 
 def role_counts(target: VersionTarget, replicas: int) -> dict[str, int]:
@@ -42,7 +44,7 @@ def role_counts(target: VersionTarget, replicas: int) -> dict[str, int]:
     version = target.version
     layout = {version.role_of(slot) for slot in range(max(version.replicas, 1))}
     counts = Counter(version.role_of(slot) for slot in range(replicas))
-    return {role: counts.get(role, 0) for role in ("prefill", "decode", "mixed") if role in layout}
+    return {role: counts.get(role, 0) for role in (Role.PREFILL, Role.DECODE, Role.MIXED) if role in layout}
 
 
 def render_version(target: VersionTarget, replicas: int, namespace: str, image: str, controller: str,
