@@ -8,7 +8,7 @@ from mindmotor.common.roles import Role
 import asyncio
 
 from mindmotor.coordinator.controller_source import ControllerSource, view_from_info
-from mindmotor.coordinator.instances import RoutingTable
+from mindmotor.coordinator.routing_table import RoutingTable
 from mindmotor.protocol import controller_pb2 as cpb
 
 

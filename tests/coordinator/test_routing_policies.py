@@ -6,12 +6,12 @@ import pytest
 
 from mindmotor.common.block_hash import block_hashes
 from mindmotor.coordinator.errors import ServiceUnavailable
-from mindmotor.coordinator.instances import InstanceView, RoutingTable
+from mindmotor.coordinator.routing_table import InstanceView, RoutingTable
 from mindmotor.coordinator.router import Router
-from mindmotor.coordinator.routing import (CacheAware, LeastLoad, RouteRequest, RoundRobin, WeightedRoundRobin,
+from mindmotor.coordinator.policies import (CacheAware, LeastLoad, RouteRequest, RoundRobin, WeightedRoundRobin,
                                            make_policy)
-from mindmotor.coordinator.routing.prefix_index import PrefixIndex
-from mindmotor.coordinator.routing.versions import VersionSplit
+from mindmotor.coordinator.policies.prefix_index import PrefixIndex
+from mindmotor.coordinator.policies.versions import VersionSplit
 
 
 def view(name: str, **fields) -> InstanceView:

@@ -29,7 +29,7 @@ from mindmotor.common.lifecycle import run_until_signal
 from .metrics import ControllerMetrics
 from .pd_autoscaler import PDAutoscaler
 from .registry import Registry
-from .routing import RoutingTableBroadcaster
+from .table_broadcaster import RoutingTableBroadcaster
 from .service import ControllerService
 from .sweeper import HealthSweeper
 from .traffic import TrafficTable

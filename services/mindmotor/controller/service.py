@@ -19,7 +19,7 @@ from mindmotor.common.leader import LeaderElector
 from .metrics import ControllerMetrics
 from .records import validate_register
 from .registry import Registry, RegistrationRefused
-from .routing import RoutingTableBroadcaster, for_model
+from .table_broadcaster import RoutingTableBroadcaster, for_model
 from .traffic import TrafficTable, validate_traffic
 
 log = logging.getLogger("mindmotor.controller")

@@ -20,14 +20,14 @@ from .channels import WorkerChannels
 from .config import CoordinatorSettings
 from .discovery import ModelDiscovery
 from .errors import install_handlers
-from .instances import RoutingTable
+from .routing_table import RoutingTable
 from .metrics import CoordinatorMetrics
 from .middleware import BodyLimitMiddleware, GateMiddleware, RequestIdMiddleware
 from .models import ModelCatalog
 from .rate_limit import MemoryRateLimiter, RateLimiter
 from .router import Router
 from .routes import api_router
-from .routing import make_policy
+from .policies import make_policy
 from .state import Coordinator
 from .static_source import StaticWorkerSource
 

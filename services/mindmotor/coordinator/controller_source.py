@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 from mindmotor.common.roles import Role
 from mindmotor.protocol import controller_pb2
 
-from .instances import InstanceView, RoutingTable
+from .routing_table import InstanceView, RoutingTable
 
 log = logging.getLogger("mindmotor.coordinator")
 

@@ -47,7 +47,7 @@ from mindmotor.protocol import worker_pb2 as pb
 
 from .channels import WorkerChannels
 from .config import CoordinatorSettings
-from .instances import InstanceView, RoutingTable
+from .routing_table import InstanceView, RoutingTable
 from .metrics import CoordinatorMetrics
 from .models import ModelCatalog, ModelTokenizer
 

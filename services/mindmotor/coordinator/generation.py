@@ -39,12 +39,12 @@ from mindmotor.protocol import worker_pb2 as pb
 from .channels import WorkerChannels
 from .errors import APIError, InternalError, ServiceUnavailable, TooManyRequests
 from .failures import BUSY, MAX_REQUEST_FAILURES, OwnCancellation, WorkerFailure, classify
-from .instances import InstanceView
+from .routing_table import InstanceView
 from .metrics import ChoiceTimer, CoordinatorMetrics
 from .pd_split import (HANDOFF_ROLES, ORDINARY_ROLES, PREFILL_ROLES, Handoff, Releaser,
                        prefill_request, split_available)
 from .router import NoInstanceAvailable as NoInstanceAvailableError, Router
-from .routing import RouteRequest
+from .policies import RouteRequest
 from .sampling import SamplingOptions
 
 log = logging.getLogger("mindmotor.coordinator")

@@ -31,7 +31,7 @@ from mindmotor.common.tokenizer import Tokenizer, TokenizerFiles
 
 from .config import CoordinatorSettings
 from .errors import BadRequest, ModelNotFound
-from .instances import RoutingTable
+from .routing_table import RoutingTable
 from .logprobs import TokenText
 
 

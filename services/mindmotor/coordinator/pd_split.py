@@ -30,7 +30,7 @@ from mindmotor.common.roles import Role
 from mindmotor.protocol import worker_pb2 as pb
 
 from .channels import WorkerChannels
-from .instances import InstanceView, RoutingTable
+from .routing_table import InstanceView, RoutingTable
 
 log = logging.getLogger("mindmotor.coordinator")
 

@@ -21,9 +21,9 @@ from mindmotor.common.roles import Role
 from typing import Callable, Collection
 
 from .errors import ServiceUnavailable
-from .instances import InstanceView, RoutingTable
-from .routing import LeastLoad, Policy, RouteRequest
-from .routing.versions import VersionSplit
+from .routing_table import InstanceView, RoutingTable
+from .policies import LeastLoad, Policy, RouteRequest
+from .policies.versions import VersionSplit
 
 
 class NoInstanceAvailable(ServiceUnavailable):

@@ -12,7 +12,7 @@ from .admission import Admission
 from .auth import APIKeys
 from .channels import WorkerChannels
 from .config import CoordinatorSettings
-from .instances import RoutingTable
+from .routing_table import RoutingTable
 from .metrics import CoordinatorMetrics
 from .models import ModelCatalog
 from .rate_limit import RateLimiter

@@ -16,7 +16,7 @@ from mindmotor.protocol import worker_pb2 as pb
 
 from .channels import WorkerChannels
 from .config import WorkerEntry
-from .instances import InstanceView, RoutingTable
+from .routing_table import InstanceView, RoutingTable
 
 log = logging.getLogger("mindmotor.coordinator")
 

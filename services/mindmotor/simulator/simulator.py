@@ -18,10 +18,10 @@ import time
 from array import array
 from dataclasses import dataclass, field
 
-from mindmotor.coordinator.instances import InstanceView
-from mindmotor.coordinator.routing import make_policy
-from mindmotor.coordinator.routing.base import RouteRequest
-from mindmotor.coordinator.routing.least_load import LeastLoad
+from mindmotor.coordinator.routing_table import InstanceView
+from mindmotor.coordinator.policies import make_policy
+from mindmotor.coordinator.policies.base import RouteRequest
+from mindmotor.coordinator.policies.least_load import LeastLoad
 from mindmotor.device.hf_profile import resolve_profile
 from mindmotor.device.specs import get_device_spec
 from mindmotor.simulator.cluster import ClusterSpec

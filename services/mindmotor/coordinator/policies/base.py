@@ -8,7 +8,7 @@ from typing import Protocol, Sequence
 
 from mindmotor.common.block_hash import block_hashes
 
-from ..instances import InstanceView
+from ..routing_table import InstanceView
 
 
 @dataclass

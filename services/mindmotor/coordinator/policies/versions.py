@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..instances import InstanceView
+from ..routing_table import InstanceView
 from .weighted_round_robin import SmoothWeighted
 
 

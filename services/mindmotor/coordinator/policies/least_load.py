@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..instances import InstanceView
+from ..routing_table import InstanceView
 from .base import RouteRequest
 
 

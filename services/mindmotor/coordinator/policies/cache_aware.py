@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..instances import InstanceView
+from ..routing_table import InstanceView
 from .base import RouteRequest
 from .least_load import LeastLoad, load_key
 from .prefix_index import PrefixIndex
