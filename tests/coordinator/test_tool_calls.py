@@ -1,7 +1,9 @@
 """Tool calling with the unmodified `openai` SDK: tool_choice named and required force a valid call
 through the grammar (arguments valid for the function's schema), streamed and not; auto parses
 the chat template's <tool_call> format; none leaves text; tool calls and tool results in the
-history go through the chat template."""
+history go through the chat template. Auto and required stream incrementally (content, then per
+call its header, then argument deltas) and the SDK's stream helper accumulates them to exactly
+the non-streamed response."""
 
 from __future__ import annotations
 
@@ -119,3 +121,53 @@ def test_tool_history_goes_through_the_template(client, model_name, coordinator)
     assert '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris", "days": 1}}</tool_call>' in text
     assert "<tool_response>sunny</tool_response>" in text and '"get_weather"' in text.split("<|im_start|>user")[0]
     assert out.usage.prompt_tokens == len(tok.encode(text))
+
+
+STRICT = [{"type": "function", "function": {**t["function"], "strict": True}} for t in (WEATHER, ADD)]
+CALL = r'<tool_call>\{"name": "get_weather", "arguments": \{"city": "(Lima|Paris)", "days": [1-7]\}\}</tool_call>'
+ADD_CALL = r'<tool_call>\{"arguments": \{"a": [0-9], "b": (true|false)\}, "name": "add"\}</tool_call>'
+STREAM_CASES = {
+    "auto with a call": dict(extra_body={"guided_regex": r"Sure\. ?" + CALL}, n=2, temperature=1.0),
+    "auto without a call": dict(extra_body={"guided_regex": r"No call: [a-z]{2,8} <tool[a-z]{1,4}"}),
+    "auto, several calls around text": dict(extra_body={"guided_regex": "Two: " + CALL + r"\n" + ADD_CALL + " done"}),
+    "auto, an unknown function is content": dict(extra_body={"guided_regex": r'Hm <tool_call>\{"name": "nope"\}</tool_call>'}),
+    "required, n=2": dict(tool_choice="required", n=2, max_tokens=120),
+}
+
+
+def _summary(choices) -> list:
+    return [(c.message.content or None, [(t.function.name, t.function.arguments) for t in c.message.tool_calls or []],
+             c.finish_reason) for c in choices]
+
+
+@pytest.mark.parametrize("case", list(STREAM_CASES))
+def test_streamed_tool_calls_accumulate_to_the_non_streamed_response(client, model_name, case):
+    kwargs = dict(model=model_name, messages=MESSAGES, tools=STRICT, max_tokens=200, seed=11) | STREAM_CASES[case]
+    whole = client.chat.completions.create(**kwargs)
+    chunks = []
+    with client.chat.completions.stream(**kwargs) as stream:
+        for event in stream:
+            if event.type == "chunk":
+                chunks.append(event.chunk)
+        streamed = stream.get_final_completion()
+    assert _summary(streamed.choices) == _summary(whole.choices)
+    made_calls = any(c.message.tool_calls for c in whole.choices)
+    assert made_calls == (case not in ("auto without a call", "auto, an unknown function is content"))
+    for index, choice in enumerate(whole.choices):
+        deltas = [c.choices[0].delta for c in chunks if c.choices and c.choices[0].index == index]
+        content = [d.content for d in deltas if d.content]
+        assert "".join(content) == (choice.message.content or "")
+        if not choice.message.tool_calls:
+            continue
+        assert all("<" not in piece for piece in content)          # no piece of a marker sent as content
+        calls = [t for d in deltas for t in d.tool_calls or []]
+        headers = [t for t in calls if t.id]
+        assert [(t.index, t.type, t.function.name) for t in headers] == [
+            (i, "function", t.function.name) for i, t in enumerate(choice.message.tool_calls)]
+        assert len({t.id for t in headers}) == len(headers)
+        for i, call in enumerate(choice.message.tool_calls):
+            pieces = [t.function.arguments for t in calls if t.index == i and not t.id and t.function.arguments]
+            assert "".join(pieces) == call.function.arguments
+            # grown, not sent whole -- unless they came before the name (then they follow its header at once)
+            assert len(pieces) > 1 or (case, call.function.name) == ("auto, several calls around text", "add")
+            assert valid(call.function.name, call.function.arguments)

@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import re
 
+import numpy as np
 import pytest
 
 from mindmotor import LLM, SamplingParams
-from mindmotor.engine.grammar import Constraint
 from mindmotor.engine.continuation import Continuation
+from mindmotor.engine.grammar import Constraint, advance
 from mindmotor.engine.llm_engine import RequestError
 
 SCHEMA = {
@@ -104,3 +105,41 @@ def test_preemption_and_resumption_keep_the_output(tiny_ckpt, llm):
     assert whole.token_ids[:5] + rest == whole.token_ids
     with pytest.raises(RequestError, match="structured output"):
         engine.add_request("wrong", prompt, params, continuation=Continuation([llm.tokenizer.encode("zz")[0]] * 3))
+
+
+def _reference_mask(engine, matchers, logits):
+    """Each row's allowed tokens, straight from llguidance one matcher at a time."""
+    out = logits.copy()
+    for row, m in enumerate(matchers):
+        bits = np.frombuffer(m.compute_bitmask(), dtype=np.uint8)
+        allowed = np.unpackbits(bits, bitorder="little")[:logits.shape[1]].astype(bool)
+        out[row, ~allowed] = -np.inf
+    return out
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_masks_prefetched_or_not_equal_llguidance_per_row(llm, overlap):
+    engine = llm.engine.grammar
+    tok = llm.tokenizer
+    matchers = [engine.matcher(JSON), engine.matcher(Constraint("regex", "[0-9]{2,4}")), engine.matcher(JSON)]
+    advance(matchers[2], tok.encode('{"name":"ab'))
+    logits = np.random.default_rng(0).standard_normal((5, engine.vocab_size)).astype(np.float32)
+    rows = [0, 2, 4]                                   # rows 1 and 3 are free
+    expected = logits.copy()
+    expected[rows] = _reference_mask(engine, matchers, logits[rows])
+    engine.overlap = overlap
+    try:
+        engine.prefetch(matchers)
+        masked = engine.masked(logits, rows, matchers)
+    finally:
+        engine.overlap = True
+    assert np.array_equal(masked, expected)
+    assert np.isfinite(masked[[1, 3]]).all() and not np.isfinite(masked[rows]).all()
+
+
+def test_a_prefetch_for_other_matchers_is_not_used(llm):
+    engine = llm.engine.grammar
+    a, b = engine.matcher(Constraint("regex", "a+")), engine.matcher(Constraint("regex", "[0-9]+"))
+    logits = np.zeros((1, engine.vocab_size), dtype=np.float32)
+    engine.prefetch([a])
+    assert np.array_equal(engine.masked(logits, [0], [b]), _reference_mask(engine, [b], logits))

@@ -31,7 +31,18 @@ def serve_metrics(host: str, port: int, registry=REGISTRY, files: tuple[str, str
     files = files if files is not None else side_files(sec)
     tls = {"certfile": files[0], "keyfile": files[1], "tls_min_version": ssl.TLSVersion.TLSv1_2} if files else {}
     server, _thread = start_http_server(port, addr=host, registry=registry, **tls)
+    server.set_app(classic_text(server.get_app()))     # before anyone knows the port
     return server, server.server_port
+
+
+def classic_text(app):
+    """prometheus_client's /metrics app answering every scrape in the classic text format. Asked
+    for OpenMetrics (which Prometheus asks for first), prometheus_client 0.26 writes a sample name
+    with a colon with an underscore (`vllm_num_requests_running` under `# TYPE
+    vllm:num_requests_running`), so no vLLM-named series would reach Prometheus."""
+    def text_only(environ, start_response):
+        return app({k: v for k, v in environ.items() if k != "HTTP_ACCEPT"}, start_response)
+    return text_only
 
 
 def uvicorn_tls(sec: rpc.RpcSecurity | None = None) -> dict[str, str]:

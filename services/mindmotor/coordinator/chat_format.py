@@ -7,6 +7,7 @@ from .generation import Piece, Usage
 from .logprobs import TokenText, chat_logprobs, vllm_prompt_logprobs
 from .results import ChoiceResult, usage_body
 from .running_usage import RunningUsage
+from .tool_stream import Delta, ToolCallStream
 from .tools import ToolCall, ToolPlan
 
 OBJECT = "chat.completion"
@@ -29,7 +30,8 @@ class ChatFormat:
         self.prompt_token_ids = prompt_token_ids
         self.as_ids = as_ids
         self.tools = tools if tools is not None and tools.parses else None
-        self._held: dict[int, list[str]] = {}      # with tools: each choice's text, parsed at its end
+        self._streams: dict[int, ToolCallStream] = {}   # with auto/required tools: each choice's parser
+        self._named: set[int] = set()                   # named: the choices whose header was sent
         self.running = running                      # continuous_usage_stats
 
     def _chunk(self, index: int, delta: dict, finish_reason: str | None = None, logprobs=None,
@@ -67,34 +69,45 @@ class ChatFormat:
 
     def _tool_stream_piece(self, index: int, piece: Piece) -> list[dict]:
         """A named call streams as it is generated: the call's id and name first, then argument
-        deltas. Otherwise the text is held until the choice ends (it may be a call), then sent as
-        content and/or OpenAI tool-call deltas (each call whole: id, name, arguments)."""
+        deltas. Auto and required stream like vLLM's tool parsers: content until a `<tool_call>`
+        is recognised, then per call a delta with its index, id, type and name, then deltas of
+        its arguments as they grow; finish_reason "tool_calls" when a call was made."""
         if self.tools.mode == "named":
-            return self._named_stream_piece(index, piece)
-        held = self._held.setdefault(index, [])
-        held.append(piece.text)
-        if piece.finish_reason is None:
-            return []
-        del self._held[index]
-        content, calls = self.tools.parse("".join(held))
-        chunks = []
-        if content:
-            chunks.append(self._chunk(index, {"content": content}))
-        if calls:
-            chunks.append(self._chunk(index, {"tool_calls": [c.body(i) for i, c in enumerate(calls)]}))
-        chunks.append(self._chunk(index, {}, self._finish(piece.finish_reason, calls), stop_reason=piece.stop_reason))
+            chunks = self._named_stream_piece(index, piece)
+        else:
+            stream = self._streams.setdefault(index, self.tools.stream())
+            deltas = stream.feed(piece.text)
+            if piece.finish_reason is not None:
+                deltas += stream.finish()
+                del self._streams[index]
+            chunks = [self._chunk(index, self._delta(d)) for d in deltas]
+            if piece.finish_reason is not None:
+                chunks.append(self._chunk(index, {}, self._finish(piece.finish_reason, stream.calls),
+                                          stop_reason=piece.stop_reason))
+        if self.logprobs and piece.logprobs:
+            if not chunks or chunks[0]["choices"][0]["finish_reason"] is not None:
+                chunks.insert(0, self._chunk(index, {}))
+            chunks[0]["choices"][0]["logprobs"] = self._logprobs(piece.logprobs)
         return chunks
+
+    @staticmethod
+    def _delta(d: Delta) -> dict:
+        if d.index is None:
+            return {"content": d.content}
+        if d.name is not None:
+            return {"tool_calls": [ToolCall(d.name, "").body(d.index)]}
+        return {"tool_calls": [{"index": d.index, "function": {"arguments": d.arguments}}]}
 
     def _named_stream_piece(self, index: int, piece: Piece) -> list[dict]:
         chunks = []
-        if index not in self._held:
-            self._held[index] = []
+        if index not in self._named:
+            self._named.add(index)
             header = ToolCall(self.tools.name, "").body(0)
             chunks.append(self._chunk(index, {"role": "assistant", "content": None, "tool_calls": [header]}))
         if piece.text:
             chunks.append(self._chunk(index, {"tool_calls": [{"index": 0, "function": {"arguments": piece.text}}]}))
         if piece.finish_reason is not None:
-            del self._held[index]
+            self._named.discard(index)
             chunks.append(self._chunk(index, {}, piece.finish_reason, stop_reason=piece.stop_reason))
         return chunks
 

@@ -1,20 +1,19 @@
 """Tool calling: `tools` and `tool_choice` of a chat request, as a `ToolPlan` — the grammar that
 forces a call (named: the function's arguments; required: a JSON array of calls) and the parsing
 of the output into OpenAI `tool_calls`. With `auto` the model decides; its calls are parsed in the
-chat template's format, `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`."""
+chat template's format, `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`. Auto and
+required outputs are parsed by `tool_stream.ToolCallStream`, streamed or whole alike."""
 
 from __future__ import annotations
 
 import json
-import re
 import secrets
 from dataclasses import dataclass, field
 
 from mindmotor.engine.grammar import Constraint
 
 from .errors import BadRequest
-
-CALL_RE = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
+from .tool_stream import ToolCallStream, parse_all
 
 
 @dataclass(frozen=True)
@@ -39,8 +38,16 @@ class ToolPlan:
 
     @property
     def parses(self) -> bool:
-        """Whether the output is parsed for tool calls (and so streamed whole at its end)."""
+        """Whether the output is parsed for tool calls."""
         return self.mode != "none" and bool(self.tools)
+
+    @property
+    def names(self) -> set[str]:
+        return {t["function"]["name"] for t in self.tools}
+
+    def stream(self) -> ToolCallStream:
+        """The incremental parser of one choice's output (auto and required)."""
+        return ToolCallStream(self.mode, self.names)
 
     def _params(self, name: str) -> dict:
         for tool in self.tools:
@@ -63,33 +70,19 @@ class ToolPlan:
         return None
 
     def parse(self, text: str) -> tuple[str | None, list[ToolCall]]:
-        """(content, calls) of an output; a forced call that does not parse (the output was cut
-        at max_tokens) leaves the text as content and no calls."""
+        """(content, calls) of an output. A named call that does not parse (the output was cut at
+        max_tokens) leaves the text as content and no calls; auto and required are parsed as they
+        stream (a call cut short keeps the arguments it has)."""
         if self.mode == "named":
             try:
                 json.loads(text)
             except ValueError:
                 return text, []
             return None, [ToolCall(self.name, text)]
-        if self.mode == "required":
-            try:
-                items = json.loads(text)
-                return None, [ToolCall(i["name"], json.dumps(i["parameters"])) for i in items]
-            except (ValueError, TypeError, KeyError):
-                return text, []
-        if self.mode == "auto":
-            calls = []
-            names = {t["function"]["name"] for t in self.tools}
-            for match in CALL_RE.finditer(text):
-                try:
-                    call = json.loads(match.group(1))
-                    if call.get("name") in names and isinstance(call.get("arguments", {}), dict):
-                        calls.append(ToolCall(call["name"], json.dumps(call.get("arguments", {}))))
-                except (ValueError, AttributeError):
-                    continue
+        if self.mode in ("auto", "required"):
+            content, calls = parse_all(self.mode, self.names, text)
             if calls:
-                content = CALL_RE.sub("", text).strip()
-                return content or None, calls
+                return content or None, [ToolCall(name, arguments) for name, arguments in calls]
         return text, []
 
 

@@ -1,13 +1,16 @@
 """Structured outputs: a request's constraint (JSON schema, any JSON object, regex, choice, EBNF/Lark
 grammar) compiled by llguidance into a grammar, one `LLMatcher` per constrained sequence, and the
 per-step token masks of a batch's constrained rows computed together (`LLExecutor`, in parallel
-off the GIL). The matcher follows the sequence's output tokens, so a preempted sequence keeps its
+off the GIL) — started before the step's forward pass (`prefetch`) so that they compute while the
+model runs, then applied to the logits with one table lookup and one add. The matcher follows the sequence's output tokens, so a preempted sequence keeps its
 state and a continued one (migration, the decode side of a P/D split) rebuilds it by consuming
 the output produced elsewhere."""
 
 from __future__ import annotations
 
 import json
+import time
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -63,17 +66,40 @@ def _compile(kind: str, spec: str, param: str) -> str:
     return grammar
 
 
-class GrammarEngine:
-    """Matchers over one tokenizer and vocabulary, and the batch's masks."""
+def _bit_table() -> np.ndarray:
+    """[256, 8] float32: for each mask byte, 0 where its bit (little-endian) allows the token, -inf where not."""
+    bits = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little").astype(bool)
+    return np.where(bits, np.float32(0), np.float32(-np.inf)).astype(np.float32)
 
-    def __init__(self, tokenizer_json: str, vocab_size: int, eos_token_ids: tuple[int, ...]):
+
+BIT_TABLE = _bit_table()
+
+
+@dataclass
+class _Prefetch:
+    matchers: list
+    bitmask: np.ndarray
+    done: Future
+
+
+class GrammarEngine:
+    """Matchers over one tokenizer and vocabulary, and the batch's masks. With `overlap`, the masks
+    of a step are computed on a background thread from `prefetch` (called before the forward pass)
+    and `apply` only waits for them (the exposed part) and applies them."""
+
+    def __init__(self, tokenizer_json: str, vocab_size: int, eos_token_ids: tuple[int, ...],
+                 overlap: bool = True):
         self.vocab_size = vocab_size
         self.tokenizer = llguidance.LLTokenizer(tokenizer_json, n_vocab=vocab_size,
                                                 eos_token=list(eos_token_ids) or None)
         self.executor = llguidance.LLExecutor()
         self.words = (vocab_size + 31) // 32
-        self.mask_time_s = 0.0                  # host time spent computing and applying masks
+        self.mask_time_s = 0.0                  # host time the sampler spent on masks (the exposed cost)
+        self.compute_time_s = 0.0               # time computing masks, wherever it ran
         self.masked_rows = 0
+        self.overlap = overlap
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: _Prefetch | None = None
 
     def matcher(self, constraint: Constraint) -> llguidance.LLMatcher:
         m = llguidance.LLMatcher(self.tokenizer, grammar_text(constraint.kind, constraint.spec), log_level=0)
@@ -82,14 +108,51 @@ class GrammarEngine:
                                  param="structured_outputs")
         return m
 
-    def apply(self, logits: np.ndarray, rows: list[int], matchers: list) -> None:
-        """Set to -inf, in place, every token the row's matcher does not allow next."""
-        bitmask = np.full((len(rows), self.words), -1, dtype=np.int32)
+    def prefetch(self, matchers: list) -> None:
+        """Start computing the next-token masks of `matchers` in the background. Call it after
+        their last `advance` before the step samples; `apply` then uses these masks."""
+        self.settle()
+        self._pending = None
+        if not self.overlap or not matchers:
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="grammar-masks")
+        bitmask = np.full((len(matchers), self.words), -1, dtype=np.int32)
+        self._pending = _Prefetch(matchers, bitmask, self._pool.submit(self._fill, matchers, bitmask))
+
+    def settle(self) -> None:
+        """Wait for a prefetch under way: no matcher may be touched while one computes."""
+        if self._pending is not None:
+            wait([self._pending.done])
+
+    def masked(self, logits: np.ndarray, rows: list[int], matchers: list) -> np.ndarray:
+        """`logits` with -inf at every token a row's matcher does not allow next (a new array;
+        `logits` is left as it is)."""
+        bitmask = self._masks(matchers)
+        bias = np.take(BIT_TABLE, bitmask.view(np.uint8), axis=0).reshape(len(rows), -1)[:, :logits.shape[1]]
+        if len(rows) == logits.shape[0]:
+            return logits + bias
+        out = logits.copy()
+        out[rows] += bias
+        return out
+
+    def _masks(self, matchers: list) -> np.ndarray:
+        """[len(matchers), words] bitmasks: the prefetched ones when they cover `matchers`."""
+        self.settle()
+        pending, self._pending = self._pending, None
+        if pending is not None and pending.done.exception() is None:   # else computed here, raising here
+            at = {id(m): i for i, m in enumerate(pending.matchers)}
+            if all(id(m) in at for m in matchers):
+                return pending.bitmask[[at[id(m)] for m in matchers]]
+        bitmask = np.full((len(matchers), self.words), -1, dtype=np.int32)
+        self._fill(matchers, bitmask)
+        return bitmask
+
+    def _fill(self, matchers: list, bitmask: np.ndarray) -> None:
+        started = time.perf_counter()
         self.executor.unsafe_compute_mask_ptr([(m, i) for i, m in enumerate(matchers)], bitmask.ctypes.data,
-                                              self.words * 4, len(rows))
-        allowed = np.unpackbits(bitmask.view(np.uint8), axis=1, bitorder="little")[:, :logits.shape[1]]
-        idx = np.asarray(rows)
-        logits[idx] = np.where(allowed.astype(bool), logits[idx], -np.inf)
+                                              self.words * 4, len(matchers))
+        self.compute_time_s += time.perf_counter() - started
 
 
 def advance(matcher, tokens) -> None:

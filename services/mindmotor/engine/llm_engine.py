@@ -463,6 +463,7 @@ class LLMEngine:
             sched = self.scheduler.schedule()
             if sched.empty:
                 return []
+            self.sampler.prefetch_masks([s.seq for s in sched.scheduled])   # computed during the forward
             logits, inp = self.runner.run(sched)
             seqs = [s.seq for s in inp.sampling]
             self._prompt_logprobs(logits[len(seqs):], inp.prompt_spans)

@@ -59,7 +59,7 @@ class Sampler:
         raw = logits
         errors: dict[int, Exception] = {}
         logits = self._apply_penalties_and_masks(logits, seqs, errors)
-        logits = self._apply_grammars(raw, logits, seqs, errors)
+        logits = self._apply_grammars(logits, seqs, errors)
         tokens = np.full(len(seqs), -1, dtype=np.int64)
         greedy = np.array([s.params.greedy and i not in errors for i, s in enumerate(seqs)], dtype=bool)
         if greedy.any():
@@ -103,20 +103,27 @@ class Sampler:
                 errors[i] = exc
         return logits
 
-    def _apply_grammars(self, raw: np.ndarray, logits: np.ndarray, seqs: list[Sequence],
+    def prefetch_masks(self, seqs: list[Sequence]) -> None:
+        """Start the grammar masks of the constrained `seqs` (a step's, before its forward pass) so
+        that they compute while the model runs."""
+        if self.grammar is not None:
+            self.grammar.prefetch([s.matcher for s in seqs if s.matcher is not None])
+
+    def _apply_grammars(self, logits: np.ndarray, seqs: list[Sequence],
                         errors: dict[int, Exception]) -> np.ndarray:
         """Mask each constrained row to the tokens its grammar allows next (one batched call)."""
         rows = [i for i, s in enumerate(seqs) if s.matcher is not None and i not in errors]
+        if not rows:
+            return logits
+        started = time.perf_counter()
+        self.grammar.settle()                # a prefetch still computing holds the matchers
         for i in list(rows):
             if seqs[i].matcher.is_error():
                 errors[i] = ValueError(f"the structured output grammar failed: {seqs[i].matcher.get_error()}")
                 rows.remove(i)
         if not rows:
             return logits
-        if logits is raw:
-            logits = logits.copy()
-        started = time.perf_counter()
-        self.grammar.apply(logits, rows, [seqs[i].matcher for i in rows])
+        logits = self.grammar.masked(logits, rows, [seqs[i].matcher for i in rows])
         self.grammar.mask_time_s += time.perf_counter() - started
         self.grammar.masked_rows += len(rows)
         return logits
