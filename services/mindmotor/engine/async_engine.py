@@ -119,7 +119,12 @@ class AsyncLLMEngine:
         """Validate now (raising `RequestError` at once for bad input), then return the stream of
         the request's outputs. Closing the stream early (the client went away) aborts the request
         and frees its blocks. `prefill_only`, `continuation`: see `LLMEngine.add_request`."""
-        pending = self._open(request_id, self.validate(prompt, params, continuation), priority)
+        return self.submit(request_id, self.validate(prompt, params, continuation), priority, prefill_only)
+
+    def submit(self, request_id: str, request: ValidatedRequest, priority: int = 0,
+               prefill_only: bool = False) -> AsyncIterator[RequestOutput]:
+        """`generate` for a request already checked by `validate`."""
+        pending = self._open(request_id, request, priority)
         pending.prefill_only = prefill_only
         self._new.append(pending)
         self._wake.set()

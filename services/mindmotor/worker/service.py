@@ -178,9 +178,10 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                 timer = self.metrics.request_timer()
                 ids: list[int] = []
                 try:
-                    ids = self.engine.validate(prompt, params).prompt_token_ids
-                    async with aclosing(self.engine.generate(request_id, ids, params, request.priority,
-                                                             prefill_only=True)) as outputs:
+                    validated = self.engine.validate(prompt, params)
+                    ids = validated.prompt_token_ids
+                    async with aclosing(self.engine.submit(request_id, validated, request.priority,
+                                                           prefill_only=True)) as outputs:
                         out = None
                         async for out in outputs:
                             timer.on_tokens(len(out.new_token_ids))
