@@ -63,6 +63,7 @@ class ClusterSim:
         self.requests: dict[str, BenchRequest] = {}
         self.holder: dict[str, Instance] = {}        # request id -> the instance that holds it now
         self.prefilled_on: dict[str, Instance] = {}  # request id -> the instance pinning its KV
+        self.first_tokens: dict[str, int] = {}       # prefilled, not yet handed over: request id -> first token
         self.loads: dict[str, KVLoad] = {}           # request id -> its KV load in transit
         self.transfers_s: list[float] = []
         self.steps = 0
@@ -84,7 +85,7 @@ class ClusterSim:
             next_step = min(busy, key=lambda i: i.clock) if busy else None
             if self._events and (next_step is None or self._events[0][0] <= next_step.clock):
                 when, _, kind, rid = heapq.heappop(self._events)
-                (self._arrive if kind == "arrive" else self._kv_arrives)(rid, when)
+                {"arrive": self._arrive, "handover": self._hand_over, "kv": self._kv_arrives}[kind](rid, when)
             elif next_step is not None:
                 self._step(next_step)
             else:
@@ -107,9 +108,10 @@ class ClusterSim:
         self._place(rid, target, now, req.prompt_len if self.split else req.prompt_len + req.output_len)
         self.records[rid].admitted_s = now
 
-    def _hand_over(self, rid: str, first_token: int, now: float) -> None:
+    def _hand_over(self, rid: str, now: float) -> None:
         """A prefilled request (its first token out) continues on a decode instance."""
         req = self.requests[rid]
+        first_token = self.first_tokens.pop(rid)
         prefill = self.holder[rid]
         prefill.outstanding -= req.prompt_len
         self.prefilled_on[rid] = prefill
@@ -148,8 +150,9 @@ class ClusterSim:
             if rec.first_token_s is None and out.new_token_ids:
                 rec.first_token_s = now
             rec.num_output_tokens += len(out.new_token_ids)
-            if out.finish_reason == "prefilled":
-                self._hand_over(out.request_id, out.new_token_ids[0], now)
+            if out.finish_reason == "prefilled":       # handed over in time order, at the step's end
+                self.first_tokens[out.request_id] = out.new_token_ids[0]
+                self._push(now, "handover", out.request_id)
             elif out.finished:
                 rec.finished_s = now
                 req = self.requests[out.request_id]
