@@ -9,19 +9,30 @@ tokenization and the host's own lag (reported; a host-bound run says so — on a
 machine the host, not the emulated card, can set the pace).
 
     python benchmarks/sim_vs_realtime.py [--requests 80] [--rate 2] [--kind mixed_chunked]
+    python benchmarks/sim_vs_realtime.py --measure-overhead   # the serving path's per-request cost
+
+`--measure-overhead` is where `ClusterSpec.frontend_overhead_s`'s default comes from: one request
+at a time (max_tokens 1, a short prompt) through the idle cluster; the client's TTFT minus the
+emulated step that prefills it (what the worker's emulated card sleeps) is the path around it:
+HTTP, the coordinator, tokenization, gRPC both ways, SSE to the first chunk.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
 
 from benchmarks.common import BenchRequest, log, percentile, random_tokens
+from mindmotor.device.cost_model import CostModel, StepShape
+from mindmotor.device.profiles import get_profile
+from mindmotor.device.specs import get_device_spec
 from mindmotor.simulator import ClusterSpec, TraceRequest, load_trace, simulate
 from mindmotor.simulator.report import summarize
 
@@ -61,6 +72,46 @@ def sim_spec(kind: str, chunk_tokens: int) -> ClusterSpec:
     raise ValueError(f"unknown kind {kind!r}")
 
 
+async def _instant_ttfts(url: str, model: str, prompt: list[int], n: int) -> list[float]:
+    import httpx
+
+    from benchmarks.pd_realtime import body
+    from loadtest.bench_serving import RequestResult, send_request
+    ttfts = []
+    async with httpx.AsyncClient(timeout=httpx.Timeout(60.0)) as client:
+        for i in range(n + 1):                                    # the first one warms up
+            result = RequestResult()
+            await send_request(client, url + "/v1/completions", {},
+                               body(model, BenchRequest(f"o{i}", prompt, 1)), False, time.perf_counter(), result)
+            if not result.success:
+                raise RuntimeError(f"instant request failed: {result.error}")
+            if i:
+                ttfts.append(result.ttft_s)
+    return ttfts
+
+
+def measure_frontend_overhead(n: int = 30, prompt_tokens: int = 32, seed: int = 0) -> dict:
+    """Client TTFT of `n` one-at-a-time max_tokens=1 requests on an idle 4-worker cluster minus the
+    emulated prefill step (the cost model's, host overhead included), as the worker sleeps it."""
+    from benchmarks import pd_realtime
+    model_dir = pd_realtime.host_checkpoint(seed)
+    log_dir = Path(tempfile.mkdtemp(prefix="mindmotor-overhead-"))
+    cluster = pd_realtime.start_cluster("mixed_chunked", model_dir, log_dir, 512, seed)
+    try:
+        prompt = random_tokens(np.random.default_rng(seed), 512, prompt_tokens)
+        ttfts = asyncio.run(_instant_ttfts(cluster.url, Path(model_dir).name, prompt, n))
+    finally:
+        cluster.stop()
+    cost = CostModel(get_device_spec(pd_realtime.DEVICE), get_profile(pd_realtime.PROFILE))
+    step_s = cost.step(StepShape(prefills=[(prompt_tokens, 0)])).seconds
+    overhead = [t - step_s for t in ttfts]
+    return {"requests": n, "prompt_tokens": prompt_tokens, "emulated_prefill_s": round(step_s, 5),
+            "client_ttft_p50_s": round(percentile(ttfts, 50), 5),
+            "overhead_p10_s": round(percentile(overhead, 10), 5),
+            "overhead_p50_s": round(percentile(overhead, 50), 5),
+            "overhead_p90_s": round(percentile(overhead, 90), 5)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=80)
@@ -68,7 +119,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kind", choices=("mixed_chunked", "mixed"), default="mixed_chunked")
     parser.add_argument("--chunk-tokens", type=int, default=512)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--measure-overhead", action="store_true",
+                        help="measure the serving path's per-request overhead and exit")
     args = parser.parse_args(argv)
+    if args.measure_overhead:
+        print(json.dumps(measure_frontend_overhead(seed=args.seed)))
+        return 0
 
     from benchmarks import pd_realtime
 
