@@ -36,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-num-batched-tokens", type=int, default=None)
     p.add_argument("--max-model-len", type=int, default=None)
     p.add_argument("--frontend-overhead", type=float, default=None,
-                   help="seconds of serving path (HTTP, coordinator, gRPC) per request (default: measured 0.0096)")
+                   help="seconds of serving path (HTTP, coordinator, gRPC) per request (default: measured 0.0129)")
     p.add_argument("--slo-ttft", type=float, default=None, help="TTFT SLO, seconds")
     p.add_argument("--slo-tpot", type=float, default=None, help="TPOT SLO, seconds per token")
     p.add_argument("--search", action="store_true", help="find the fewest cards meeting the SLO")
