@@ -164,7 +164,7 @@ def fit_attention(data_dir: Path = DATA_DIR) -> dict[str, float]:
             "attention_prefill_eta_compute": flops / ((tp - fixed) * spec.peak_flops["fp16"])}
 
 
-GEMM_TILES = (1, 16, 32, 64, 128)                  # token rows per tile (1: no quantization)
+GEMM_TILES = (1, 16, 32, 64, 128, 256)                # token rows per tile (1: no quantization)
 ROOFLINE_KS = (1.25, 1.5, 2.0, 2.5, 3.0, 4.0)
 
 
