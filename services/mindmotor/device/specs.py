@@ -22,12 +22,14 @@ Kernel behaviour (`KernelParams`, one set per device, what the cost model prices
 - A100-80G / H100-SXM: fitted on Vidur's measured Llama-2-7B profiles (microsoft/vidur, MIT;
   `../shared/data/vidur/`): GEMM and elementwise parameters on every mlp.csv row (TP 1-8), decode
   and prefill attention on the three A100 attention medians named in calibration.json
-  (`benchmarks/fidelity.py --fit` re-derives them). H100 attention is not measured in that data:
+  (`benchmarks/fidelity.py --fit` re-derives them, the GEMMs' tile height of 64 token rows
+  included: the measured GEMM times step at multiples of it). H100 attention is not measured in that data:
   it takes the A100 fractions (an assumption, marked in the table).
 - Ascend: no measured kernel profile is public. GEMMs keep msmodeling's efficiency figures
   (0.7 of cube peak, 0.6 of HBM bandwidth); attention takes the A100-measured fractions;
   elementwise kernels are fused as MindIE's ATB operators do (AddRmsNorm twice and SwiGLU per
-  layer, RoPE inside the attention operator). These are assumptions until an Ascend profile exists.
+  layer, RoPE inside the attention operator); no tile quantization (gemm_tile_m 1). These are
+  assumptions until an Ascend profile exists.
 - Host overhead per step (scheduling, input preparation, launch of the step graph): 1 ms, an
   estimate for vLLM with CUDA graphs and for MindIE; Vidur's step composition excludes it, so the
   fidelity table does too. Collective latency: 10 us per call on NVLink, 20 us on HCCS (the KV
