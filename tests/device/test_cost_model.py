@@ -143,7 +143,7 @@ def test_breakdown_names_and_host_overhead(llama):
 
 def test_nvidia_defaults_are_the_vidur_fit():
     a100 = get_device_spec("A100-80G").kernels
-    assert (a100.gemm_eta_memory, a100.attention_decode_eta_memory) == (0.81, 0.89)
+    assert (a100.gemm_eta_memory, a100.attention_decode_eta_memory, a100.gemm_tile_m) == (0.92, 0.89, 64)
     assert not a100.fused_elementwise and SPEC.kernels.fused_elementwise
 
 

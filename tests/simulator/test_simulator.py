@@ -3,6 +3,8 @@ requests off the way workers price them, routes with the coordinator's policies,
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import sys
 from pathlib import Path
 
@@ -44,7 +46,8 @@ def test_one_instance_matches_the_real_engine_step_for_step():
     assert engine.scheduler.num_preemptions > 0                  # the small pool is exercised
 
     spec = ClusterSpec(mixed=1, device="910B3", model="llama2-7b", max_num_batched_tokens=512,
-                       max_num_seqs=16, max_model_len=900, memory_fraction=0.8)
+                       max_num_seqs=16, max_model_len=900, memory_fraction=0.8,
+                       frontend_overhead_s=0.0)          # the engine alone, as the driver runs it
     sim = simulate(spec, trace, num_blocks=60)
     by_id = {r.request_id: r for r in real.records}
     for r in sim.requests:
@@ -61,8 +64,11 @@ def test_pd_handoff_prices_the_kv_transfer_and_frees_every_block():
     res = simulate(spec, trace)
     model = CostModel(get_device_spec("910B3"), get_profile("qwen2-7b"))
     first, second = res.requests
-    # An idle cluster: TTFT is the prefill step; the KV then crosses nodes (one card per node).
-    assert first.first_token_s == pytest.approx(model.step(StepShape(prefills=[(1000, 0)])).seconds)
+    # An idle cluster: TTFT is the serving path and the prefill step; the KV then crosses nodes
+    # (one card per node).
+    assert spec.frontend_overhead_s > 0
+    assert first.first_token_s == pytest.approx(spec.frontend_overhead_s
+                                                + model.step(StepShape(prefills=[(1000, 0)])).seconds)
     transfer = model.kv_transfer_seconds(1000, "inter_node")
     assert res.kv_transfer_s == pytest.approx(transfer)
     decode = sum(model.step(StepShape(decodes=[1000 + j])).seconds for j in range(1, 5))
@@ -105,3 +111,17 @@ def test_report_percentiles_goodput_and_usage():
 def test_long_requests_are_clipped_to_the_context():
     res = simulate(ClusterSpec(mixed=1, model="llama2-7b", max_model_len=512), [TraceRequest(0, 600, 10)])
     assert res.clipped == 1 and res.requests[0].prompt_tokens + res.requests[0].output_tokens <= 512
+
+
+def test_frontend_overhead_delays_the_first_token_not_the_decode():
+    """On an idle instance the serving path's overhead adds to TTFT and E2E exactly and leaves
+    TPOT alone; a busy one queues the later request behind the earlier (delayed) one."""
+    trace = [TraceRequest(0.0, 300, 20), TraceRequest(30.0, 500, 10)]
+    base = ClusterSpec(mixed=1, model="llama2-7b", frontend_overhead_s=0.0)
+    bare = simulate(base, trace).requests
+    path = simulate(replace(base, frontend_overhead_s=0.012), trace).requests
+    for a, b in zip(bare, path):
+        assert b.first_token_s - b.arrival_s == pytest.approx(a.first_token_s - a.arrival_s + 0.012, abs=1e-9)
+        assert b.finished_s - b.first_token_s == pytest.approx(a.finished_s - a.first_token_s, abs=1e-9)
+    with pytest.raises(ValueError, match="frontend_overhead_s"):
+        ClusterSpec(frontend_overhead_s=-1.0)

@@ -8,7 +8,8 @@ adds its prefill and decode attention operators side by side.
 Per layer, on one device (hq, hkv = heads per device, e = head_dim, b = dtype bytes, I = MLP
 columns per device):
   qkv_proj, o_proj, mlp_gate_up, mlp_down   GEMMs: F = 2 N W, B = b (W + N (d_in + d_out));
-                     tau + (t_c^k + t_m^k)^(1/k), t_c = F / (eta_c peak), t_m = B / (eta_m BW)
+                     tau + (t_c^k + t_m^k)^(1/k), t_c = F' / (eta_c peak), t_m = B / (eta_m BW),
+                     F' = 2 ceil(N / T) T W: whole tiles of T token rows (tile quantization)
   attention_prefill  per chunk (c new, p cached): F = 4 hq e c (p + c/2) at its own eta (FlashAttention
                      reaches a small fraction of peak at these lengths), B = b (2 hq e c + 2 hkv e (p + c));
                      plus a fixed cost per layer
@@ -202,9 +203,12 @@ class CostModel:
         tau, k = kp.gemm_tau_s, kp.roofline_k
         ops: dict[str, OperatorTime] = {}
 
-        def gemm(name: str, f: float, by: float, count: int) -> None:
-            ops[name] = OperatorTime(compute_s=f * self._s_per_flop, memory_s=by * self._s_per_byte,
-                                     kernels=count, flops=f, bytes=by, fixed_s=count * tau, k=k)
+        def gemm(name: str, rows: int, weights: float, by: float, count: int) -> None:
+            """`rows` tokens through `weights` elements; the compute is priced on whole tiles."""
+            padded = -(-rows // kp.gemm_tile_m) * kp.gemm_tile_m
+            ops[name] = OperatorTime(compute_s=2.0 * padded * weights * self._s_per_flop,
+                                     memory_s=by * self._s_per_byte, kernels=count,
+                                     flops=2.0 * rows * weights, bytes=by, fixed_s=count * tau, k=k)
 
         def stream(name: str, f: float, by: float, count: int, s_per_byte: float,
                    s_per_flop: float, fixed_s: float) -> None:
@@ -212,7 +216,7 @@ class CostModel:
                                      kernels=count, flops=f, bytes=by, fixed_s=fixed_s)
 
         for g in self._gemms:
-            gemm(g.name, 2.0 * n * g.weights * L, b * (g.weights + n * g.io_per_token) * L, L)
+            gemm(g.name, n, g.weights * L, b * (g.weights + n * g.io_per_token) * L, L)
         w, L_sw = self.profile.sliding_window, self.profile.num_sliding_layers
         L_full = L - L_sw                                  # layers without a sliding window
         if contexts:
@@ -235,7 +239,7 @@ class CostModel:
         stream("kv_cache_write", 0.0, 2.0 * self._kv_bytes_per_token_layer * n * L, L,
                self._s_per_byte, 0.0, L * tau)
         stream("embedding", 0.0, 2.0 * n * self._hidden * b, 1, self._s_per_byte, 0.0, tau)
-        gemm("lm_head", 2.0 * sampled * self._lm_head_weights,
+        gemm("lm_head", sampled, self._lm_head_weights,
              b * (self._lm_head_weights + sampled * (self._hidden + self._vocab_per_device)), 1)
         if self._tp > 1:       # timed on the link, not HBM traffic: counted as memory time, 0 bytes
             link_s = 2 * L * self._allreduce_bytes_per_token * n * self._s_per_link_byte

@@ -35,6 +35,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-num-seqs", type=int, default=None)
     p.add_argument("--max-num-batched-tokens", type=int, default=None)
     p.add_argument("--max-model-len", type=int, default=None)
+    p.add_argument("--frontend-overhead", type=float, default=None,
+                   help="seconds of serving path (HTTP, coordinator, gRPC) per request (default: measured 0.0129)")
     p.add_argument("--slo-ttft", type=float, default=None, help="TTFT SLO, seconds")
     p.add_argument("--slo-tpot", type=float, default=None, help="TPOT SLO, seconds per token")
     p.add_argument("--search", action="store_true", help="find the fewest cards meeting the SLO")
@@ -47,7 +49,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 FLAG_FIELDS = {"instances": "mixed", "prefill": "prefill", "decode": "decode", "device": "device",
                "model": "model", "tp": "tp", "routing": "routing", "max_num_seqs": "max_num_seqs",
-               "max_num_batched_tokens": "max_num_batched_tokens", "max_model_len": "max_model_len"}
+               "max_num_batched_tokens": "max_num_batched_tokens", "max_model_len": "max_model_len",
+               "frontend_overhead": "frontend_overhead_s"}
 
 
 def build_spec(args: argparse.Namespace):

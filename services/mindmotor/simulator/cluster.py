@@ -2,6 +2,17 @@
 
 A description is a `ClusterSpec`, built from command-line flags or a JSON file with the same
 field names (`mindmotor simulate --cluster cluster.json`).
+
+`frontend_overhead_s` is the serving path around the engine, per request: HTTP, the coordinator,
+tokenization, gRPC both ways and SSE to the first chunk. A request reaches its instance that long
+after it arrives (where the path's cost falls, way in or way out, moves the TTFT the client sees by
+the same amount). The default is measured on this platform with `benchmarks/sim_vs_realtime.py`
+(four emulated 910B3 workers behind a coordinator on this 2-core machine, 2026-12-02): the client's
+TTFT p50 minus the workers' logged TTFT p50 under the benchmark's load was 12.9, 15.2 and 12.1 ms
+in three runs (default: their median, 12.9 ms). Its parts: the coordinator's logged duration minus
+the worker's, joined per request on the request id, 6.9-8.2 ms; on an idle cluster (one max_tokens=1
+request at a time, `--measure-overhead`) the whole path takes 6.7-9.7 ms. 0.0 simulates the engines
+alone.
 """
 
 from __future__ import annotations
@@ -30,6 +41,7 @@ class ClusterSpec:
     memory_fraction: float = 0.8
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = False  # the traces carry lengths, not contents
+    frontend_overhead_s: float = 0.0129  # serving path per request (measured; see above)
 
     def __post_init__(self) -> None:
         if self.mixed < 0 or self.prefill < 0 or self.decode < 0:
@@ -42,6 +54,8 @@ class ClusterSpec:
             raise ValueError("a cluster is either mixed instances or a P/D split, not both")
         if self.routing not in ROUTING_POLICIES:
             raise ValueError(f"unknown routing policy {self.routing!r}; valid: {', '.join(ROUTING_POLICIES)}")
+        if self.frontend_overhead_s < 0:
+            raise ValueError(f"frontend_overhead_s must not be negative, got {self.frontend_overhead_s}")
         if self.tp < 1 or self.cards_per_node < self.tp:
             raise ValueError(f"tp must be in [1, cards_per_node={self.cards_per_node}], got {self.tp}")
 

@@ -109,8 +109,8 @@ def simulate(spec: ClusterSpec, trace: list[TraceRequest], num_blocks: int | Non
         requests.append(SimRequest(i, t.arrival_s, prompt, output))
     events: list = []
     counter = itertools.count()
-    for req in requests:
-        heapq.heappush(events, (req.arrival_s, next(counter), ARRIVAL, req, None))
+    for req in requests:          # reaches its instance after the serving path's overhead
+        heapq.heappush(events, (req.arrival_s + spec.frontend_overhead_s, next(counter), ARRIVAL, req, None))
     stepping = [False] * len(cluster.instances)
     itl = array("d")
     stats = {"handoffs": 0, "kv_transfer_s": 0.0}
