@@ -24,6 +24,7 @@ from mindmotor.coordinator.routing.least_load import LeastLoad
 from mindmotor.device.hf_profile import resolve_profile
 from mindmotor.device.specs import get_device_spec
 from mindmotor.simulator.cluster import ClusterSpec
+from mindmotor.simulator.dynamic_roles import DynamicRoles
 from mindmotor.simulator.instance import SimInstance, SimRequest
 from mindmotor.simulator.trace import TraceRequest
 
@@ -96,10 +97,14 @@ class _LengthOnly(RouteRequest):
         return self._prompt_tokens + self.max_new_tokens
 
 
-def simulate(spec: ClusterSpec, trace: list[TraceRequest], num_blocks: int | None = None) -> SimulationResult:
-    """Replay `trace` on `spec`'s cluster. `num_blocks` overrides every instance's KV pool (tests)."""
+def simulate(spec: ClusterSpec, trace: list[TraceRequest], num_blocks: int | None = None,
+             roles: DynamicRoles | None = None) -> SimulationResult:
+    """Replay `trace` on `spec`'s cluster. `num_blocks` overrides every instance's KV pool (tests).
+    `roles`: switch P/D roles at run time with the controller's ratio policy (dynamic_roles.py)."""
     started = time.perf_counter()
     cluster = _Cluster(spec, num_blocks)
+    if roles is not None:
+        roles.attach(cluster)
     limit = cluster.max_model_len
     requests, clipped = [], 0
     for i, t in enumerate(trace):
@@ -181,6 +186,8 @@ def simulate(spec: ClusterSpec, trace: list[TraceRequest], num_blocks: int | Non
             prefill.release_pinned(str(req.index))
             kick(prefill)
             kick(dec)
+        if roles is not None:
+            roles.after_event(now, *((b, a) if kind == STEP_END else ()))
     unfinished = [r.index for r in requests if r.finished_s is None]
     if unfinished:
         raise RuntimeError(f"{len(unfinished)} requests never finished (e.g. {unfinished[:3]}): "
@@ -188,4 +195,4 @@ def simulate(spec: ClusterSpec, trace: list[TraceRequest], num_blocks: int | Non
     makespan = max(r.finished_s for r in requests)
     return SimulationResult(spec=spec, requests=requests, itl_s=itl, instances=cluster.instances,
                             makespan_s=makespan, wall_s=time.perf_counter() - started, clipped=clipped,
-                            **stats)
+                            extra={"dynamic_roles": roles.summary()} if roles is not None else {}, **stats)
