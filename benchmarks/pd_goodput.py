@@ -142,13 +142,12 @@ class Runner:
 
 
 def goodput(runner: Runner, config: str, slo_name: str, rates: tuple, steps: int) -> tuple[float, bool]:
-    """(the highest rate that passed, whether the grid's top rate passed — a lower bound then)."""
-    lo, hi = 0.0, None
-    for rate in rates:
-        if not runner.point(config, rate, slo_name).passed:
-            hi = rate
-            break
-        lo = rate
+    """(the highest rate that passed, whether the grid's top rate passed — a lower bound then).
+    Every grid rate is run (the curves need them); the search starts below the first miss."""
+    passed = [runner.point(config, rate, slo_name).passed for rate in rates]
+    first_miss = passed.index(False) if False in passed else len(rates)
+    lo = rates[first_miss - 1] if first_miss else 0.0
+    hi = rates[first_miss] if first_miss < len(rates) else None
     if hi is None:
         return lo, True
     for _ in range(steps):

@@ -1,0 +1,90 @@
+"""Dynamic P/D roles in the simulator: the controller's ratio policy moves an instance to the side
+under pressure and back, the switching instance drains first, and no request or block is lost."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mindmotor.controller.pd_ratio import SLO, RatioPolicyConfig
+from mindmotor.simulator import ClusterSpec, TraceRequest, simulate
+from mindmotor.simulator.dynamic_roles import DynamicRoles, DynamicRolesConfig
+
+SPLIT = ClusterSpec(mixed=0, prefill=2, decode=2, device="910B3", model="qwen2-7b")
+FAST_POLICY = RatioPolicyConfig(headroom=0.7, sustain_s=2.0, dwell_s=5.0)
+
+
+def phases(seed: int = 0) -> list[TraceRequest]:
+    """20 s of long prompts with 2-token answers (prefill pressure: ~1.4x what two prefill cards
+    serve), then 20 s of short prompts with long answers (decode pressure on one decode card)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for start, duration, rate, prompt, output in ((0.0, 20.0, 11.0, 3000, 2), (30.0, 20.0, 40.0, 32, 300)):
+        t = start
+        while t < start + duration:
+            t += rng.exponential(1 / rate)
+            out.append(TraceRequest(float(t), prompt, output))
+    return out
+
+
+def test_prefill_pressure_moves_a_decode_instance_and_decode_pressure_moves_it_back():
+    trace = phases()
+    roles = DynamicRoles(DynamicRolesConfig(SLO(ttft_s=0.5, tpot_s=0.03), FAST_POLICY, interval_s=1.0))
+    result = simulate(SPLIT, trace, roles=roles)
+
+    first, second = roles.switches[0], roles.switches[1]
+    assert (first.old_role, first.new_role, first.reason) == ("decode", "prefill", "ttft_miss")
+    assert first.decided_s < 20.0 and first.drained
+    assert (second.old_role, second.new_role, second.reason) == ("prefill", "decode", "tpot_miss")
+    assert second.decided_s > 30.0
+    assert second.decided_s - first.decided_s >= FAST_POLICY.dwell_s
+    # the switched instance served prefills in its new role once it had drained
+    assert any(r.prefill_instance == first.instance and r.arrival_s > first.done_s for r in result.requests)
+    # nothing lost: every request finished with all its tokens
+    assert all(r.finished_s is not None and r.tokens_done == r.output_tokens for r in result.requests)
+    assert result.extra["dynamic_roles"]["switches"][0]["new_role"] == "prefill"
+
+
+class CheckedRoles(DynamicRoles):
+    """Checks every instance's block pool against its live sequences at every evaluation."""
+
+    checks = 0
+
+    def evaluate(self, now):
+        for inst in self.cluster.instances:
+            live = [r.seq for r in inst.requests.values()] + list(inst.pinned.values())
+            inst.block_manager.check_invariants(live)
+        self.checks += 1
+        return super().evaluate(now)
+
+
+def test_switches_lose_no_request_and_keep_every_block_pool_consistent():
+    """A small KV pool (preemptions, handoffs that fall back to a local prefill) and a drain
+    timeout of zero: instances switch at once, with requests still in flight."""
+    trace = phases(seed=1)
+    roles = CheckedRoles(DynamicRolesConfig(SLO(ttft_s=0.5, tpot_s=0.03), FAST_POLICY, interval_s=0.5,
+                                            drain_timeout_s=0.0))
+    result = simulate(SPLIT, trace, num_blocks=600, roles=roles)
+
+    assert roles.checks > 50 and len(roles.switches) >= 2
+    assert any(s.drained is False for s in roles.switches)           # switched with work in flight
+    assert sum(x.scheduler.num_preemptions for x in result.instances) > 0
+    assert all(r.finished_s is not None and r.tokens_done == r.output_tokens for r in result.requests)
+    for inst in result.instances:
+        inst.block_manager.check_invariants([])
+        assert inst.block_manager.num_free_blocks == inst.block_manager.num_blocks
+        assert not inst.pinned and not inst.requests and inst.in_flight == 0
+
+
+def test_without_pressure_the_ratio_stays():
+    rng = np.random.default_rng(2)
+    trace = [TraceRequest(float(t), 500, 50) for t in np.cumsum(rng.exponential(1 / 2.0, 120))]
+    roles = DynamicRoles(DynamicRolesConfig(SLO(ttft_s=2.0, tpot_s=0.2), FAST_POLICY, interval_s=1.0))
+    simulate(SPLIT, trace, roles=roles)
+    assert roles.switches == [] and roles.roles() == {"prefill": 2, "decode": 2}
+
+
+def test_dynamic_roles_need_a_split():
+    with pytest.raises(ValueError, match="P/D split"):
+        simulate(ClusterSpec(mixed=2), [TraceRequest(0.0, 10, 2)],
+                 roles=DynamicRoles(DynamicRolesConfig(SLO(1.0, 0.1))))
