@@ -3,6 +3,8 @@ under pressure and back, the switching instance drains first, and no request or 
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -88,3 +90,24 @@ def test_dynamic_roles_need_a_split():
     with pytest.raises(ValueError, match="P/D split"):
         simulate(ClusterSpec(mixed=2), [TraceRequest(0.0, 10, 2)],
                  roles=DynamicRoles(DynamicRolesConfig(SLO(1.0, 0.1))))
+
+
+def test_simulate_cli_flag_uses_the_controllers_default_hysteresis(tmp_path, capsys):
+    """`mindmotor simulate --dynamic-roles`: with the controller's defaults (30 s sustain) a minute
+    of prefill pressure moves one decode instance; the JSON carries the switch."""
+    from mindmotor.cli import main
+
+    rng = np.random.default_rng(4)
+    rows = [(round(float(t), 4), 3000, 2) for t in np.cumsum(rng.exponential(1 / 11.0, 660))]
+    trace = tmp_path / "trace.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n" + "\n".join(",".join(map(str, r)) for r in rows))
+    argv = ["simulate", "--trace", str(trace), "--prefill", "2", "--decode", "2", "--slo-ttft", "0.5",
+            "--slo-tpot", "0.1", "--dynamic-roles"]
+    assert main(argv + ["--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    (switch,) = out["dynamic_roles"]["switches"]
+    assert (switch["old_role"], switch["new_role"]) == ("decode", "prefill")
+    assert switch["decided_s"] >= RatioPolicyConfig().sustain_s
+    assert out["dynamic_roles"]["final_roles"] == {"prefill": 3, "decode": 1} and out["requests"] == 660
+    assert main(argv[:-1] + ["--instances", "0"]) == 0 and "dynamic roles" not in capsys.readouterr().out
+    assert main(["simulate", "--trace", str(trace), "--instances", "2", "--dynamic-roles"]) == 2
