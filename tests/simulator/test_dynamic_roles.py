@@ -17,11 +17,11 @@ FAST_POLICY = RatioPolicyConfig(headroom=0.7, sustain_s=2.0, dwell_s=5.0)
 
 
 def phases(seed: int = 0) -> list[TraceRequest]:
-    """20 s of long prompts with 2-token answers (prefill pressure: ~1.4x what two prefill cards
+    """20 s of long prompts with 20-token answers (prefill pressure: ~1.4x what two prefill cards
     serve), then 20 s of short prompts with long answers (decode pressure on one decode card)."""
     rng = np.random.default_rng(seed)
     out = []
-    for start, duration, rate, prompt, output in ((0.0, 20.0, 11.0, 3000, 2), (30.0, 20.0, 40.0, 32, 300)):
+    for start, duration, rate, prompt, output in ((0.0, 20.0, 11.0, 3000, 20), (30.0, 20.0, 40.0, 32, 300)):
         t = start
         while t < start + duration:
             t += rng.exponential(1 / rate)
@@ -98,7 +98,7 @@ def test_simulate_cli_flag_uses_the_controllers_default_hysteresis(tmp_path, cap
     from mindmotor.cli import main
 
     rng = np.random.default_rng(4)
-    rows = [(round(float(t), 4), 3000, 2) for t in np.cumsum(rng.exponential(1 / 11.0, 660))]
+    rows = [(round(float(t), 4), 3000, 20) for t in np.cumsum(rng.exponential(1 / 11.0, 660))]
     trace = tmp_path / "trace.csv"
     trace.write_text("arrival_s,prompt_tokens,output_tokens\n" + "\n".join(",".join(map(str, r)) for r in rows))
     argv = ["simulate", "--trace", str(trace), "--prefill", "2", "--decode", "2", "--slo-ttft", "0.5",
@@ -111,3 +111,17 @@ def test_simulate_cli_flag_uses_the_controllers_default_hysteresis(tmp_path, cap
     assert out["dynamic_roles"]["final_roles"] == {"prefill": 3, "decode": 1} and out["requests"] == 660
     assert main(argv[:-1] + ["--instances", "0"]) == 0 and "dynamic roles" not in capsys.readouterr().out
     assert main(["simulate", "--trace", str(trace), "--instances", "2", "--dynamic-roles"]) == 2
+
+
+def test_windows_are_filled_like_a_workers_request_timer():
+    """TTFT on the instance that made the first token; the decode instance's TPOT timed from the
+    first token it made itself, so the KV handoff (here over the slower inter-node link) is not in it."""
+    spec = ClusterSpec(mixed=0, prefill=1, decode=1, device="910B3", model="qwen2-7b", cards_per_node=1)
+    roles = DynamicRoles(DynamicRolesConfig(SLO(1.0, 0.1)))
+    result = simulate(spec, [TraceRequest(0.0, 1000, 5)], roles=roles)
+    (req,) = result.requests
+    assert roles.ttft[0].values() == [req.first_token_s] and roles.tpot[0].values() == []
+    (tpot,) = roles.tpot[1].values()
+    end_to_end = (req.finished_s - req.first_token_s) / 4
+    first_gap = req.finished_s - req.first_token_s - 3 * tpot      # first token -> the decode side's first
+    assert tpot < end_to_end and first_gap >= result.kv_transfer_s > 0

@@ -3,8 +3,9 @@
 switches that drain first — what `PDAutoscaler` and the workers' `RoleSwitch` do in a deployment.
 
 - every instance keeps the workers' sliding windows (`worker.latency_window.LatencyWindow`, the same
-  length and sample cap, on the emulated clock): one TTFT per first token it produced, one TPOT per
-  request it finished ((finish − first token) / (tokens − 1));
+  length and sample cap, on the emulated clock) and fills them as a worker's `RequestTimer` does:
+  one TTFT per request whose first token it produced, and per request it finished one TPOT timed
+  from the first token *it* produced (a decode instance's excludes the KV handoff);
 - every `interval_s` (the controller's `pd_interval_s`: heartbeat × `every_heartbeats`) the
   routable prefill and decode instances are measured as `PDAutoscaler` measures them
   (`weighted_p90`: the instances' p90s weighted by sample count; no samples on a side, no
@@ -83,6 +84,7 @@ class DynamicRoles:
         self.ttft = [LatencyWindow(c.window_s, c.max_samples, clock) for _ in cluster.instances]
         self.tpot = [LatencyWindow(c.window_s, c.max_samples, clock) for _ in cluster.instances]
         self.draining: dict[int, Switch] = {}
+        self.first_here: dict[tuple[int, int], tuple[float, int]] = {}   # (instance, request) -> (time, tokens)
         self.next_eval = c.interval_s
         self._route()
 
@@ -101,9 +103,13 @@ class DynamicRoles:
         for req in produced.tokens:
             if req.tokens_done == 1:
                 self.ttft[inst.index].add(req.first_token_s - req.arrival_s)
+            self.first_here.setdefault((inst.index, req.index), (req.last_token_s, req.tokens_done))
+        for req in produced.prefilled:
+            del self.first_here[(inst.index, req.index)]
         for req in produced.finished:
-            if req.output_tokens > 1:
-                self.tpot[inst.index].add((req.finished_s - req.first_token_s) / (req.output_tokens - 1))
+            started, tokens = self.first_here.pop((inst.index, req.index))
+            if req.tokens_done > tokens:
+                self.tpot[inst.index].add((req.finished_s - started) / (req.tokens_done - tokens))
 
     def report(self, inst) -> InstanceReport:
         ttft, ttft_n = self.ttft[inst.index].percentile(90)
