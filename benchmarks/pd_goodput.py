@@ -23,11 +23,17 @@ every rate and cluster sees the same requests in the same order). Search: a grid
 `--bisect` bisection steps between the highest rate that passes (with every lower grid rate) and
 the next grid rate; the goodput is the highest rate that passed (resolution: grid step / 2^bisect).
 
+Two windows, both reported: **steady state** (the headline: goodput is a rate a cluster *sustains*,
+so the statistics skip the requests arriving in the first `--warmup` seconds — the same requests for
+every cluster; this is where the dynamic cluster's start from 2P:2D and its controller's reaction
+time — a 30 s sustain after the evidence, then a drain — are left out) and the **whole run** (every
+request, start-up included).
+
 Also reported, from the same run (`pd_split.ttft_bound`): the most any cluster could cut the mixed
 cluster's p90 TTFT at its own goodput rate — a request's TTFT is at least its prompt's prefill alone
 on an idle card.
 
-    python benchmarks/pd_goodput.py [--quick] [--requests N] [--rates 2,4,8] [--bisect 3]
+    python benchmarks/pd_goodput.py [--quick] [--requests N] [--rates 2,4,8] [--bisect 3] [--warmup 120]
 
 Progress and the table on stderr; the last stdout line is one JSON object; the goodput-vs-rate
 curves go to `benchmarks/results/pd_goodput.png` (`--plot PATH`, `--no-plot`).
@@ -36,6 +42,7 @@ curves go to `benchmarks/results/pd_goodput.png` (`--plot PATH`, `--no-plot`).
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -74,13 +81,13 @@ SLOS = {
     "ttft_tight": SLO(ttft_s=0.25, tpot_s=0.1),    # just above the p90 prompt's prefill alone
     "tpot_tight": SLO(ttft_s=1.0, tpot_s=0.03),    # ~1.25x a 64-sequence decode step
 }
-FULL = dict(requests=6000, rates=(2, 4, 8, 12, 16, 20, 24, 28), bisect=3)
-QUICK = dict(requests=300, rates=(4, 12, 20), bisect=1)
+FULL = dict(requests=6000, rates=(2, 4, 8, 12, 16, 20, 24, 28), bisect=3, warmup=120.0)
+QUICK = dict(requests=300, rates=(4, 12, 20), bisect=1, warmup=10.0)
 
 
 @dataclass
 class Point:
-    """One cluster at one rate, judged against one SLO pair."""
+    """One cluster at one rate, judged against one SLO pair over one window of requests."""
     rate: float
     ttft_p90_s: float
     tpot_p99_s: float
@@ -96,22 +103,24 @@ def requests_at(lengths: list[TraceRequest], gaps: np.ndarray, rate: float) -> l
 
 class Runner:
     """Simulates (cluster, rate) once — per SLO pair for `dynamic`, whose policy uses the targets —
-    and judges the run against each SLO pair."""
+    and judges the run against each SLO pair over both windows: `steady` (requests arriving after
+    the warm-up) and `whole` (every request)."""
 
-    def __init__(self, lengths: list[TraceRequest], seed: int):
+    def __init__(self, lengths: list[TraceRequest], seed: int, warmup_s: float):
         self.lengths = lengths
         self.gaps = np.random.default_rng(seed).exponential(1.0, len(lengths))
-        self.cache: dict[tuple, dict[str, Point]] = {}
+        self.warmup_s = warmup_s
+        self.cache: dict[tuple, dict[tuple[str, str], Point]] = {}
         self.sims = 0
         self.sim_wall_s = 0.0
 
-    def point(self, config: str, rate: float, slo_name: str) -> Point:
+    def point(self, config: str, rate: float, slo_name: str, window: str = "steady") -> Point:
         key = (config, rate, slo_name if config == "dynamic" else None)
         if key not in self.cache:
             self.cache[key] = self._run(config, rate, slo_name)
-        return self.cache[key][slo_name]
+        return self.cache[key][(slo_name, window)]
 
-    def _run(self, config: str, rate: float, slo_name: str) -> dict[str, Point]:
+    def _run(self, config: str, rate: float, slo_name: str) -> dict[tuple[str, str], Point]:
         trace = requests_at(self.lengths, self.gaps, rate)
         if config == "dynamic":
             slo = SLOS[slo_name]
@@ -123,28 +132,37 @@ class Runner:
             judged = SLOS
         self.sims += 1
         self.sim_wall_s += result.wall_s
+        windows = {"whole": result, "steady": self.after_warmup(result)}
         out = {}
-        for name, slo in judged.items():
-            s = summarize(result, slo)
+        for (name, slo), (window, run) in itertools.product(judged.items(), windows.items()):
+            s = summarize(run, slo)
             ttft, tpot = s["ttft_s"]["p90"], s["tpot_s"]["p99"] or 0.0
             extra = {"ttft_p50_s": r4(s["ttft_s"]["p50"]), "itl_p99_s": r4(s["itl_s"]["p99"] or 0.0),
                      "local_prefills": s["local_prefills"], "emulated_s": r3(result.makespan_s),
-                     "cost_model": result.instances[0].cost_model}
-            if config == "dynamic":
-                extra["dynamic_roles"] = result.extra["dynamic_roles"]
-            out[name] = Point(rate, ttft, tpot, s["goodput_fraction"],
-                              ttft <= slo.ttft_s and tpot <= slo.tpot_s, extra)
+                     "cost_model": result.instances[0].cost_model, **result.extra}
+            out[(name, window)] = Point(rate, ttft, tpot, s["goodput_fraction"],
+                                        ttft <= slo.ttft_s and tpot <= slo.tpot_s, extra)
+        some = out[(next(iter(judged)), "steady")]
         log(f"  {config:13s} {rate:7.3f}/s  " + "  ".join(
-            f"{n}: {'ok ' if p.passed else 'MISS'} {p.attainment:5.1%}" for n, p in out.items())
-            + f"  (TTFT p90 {next(iter(out.values())).ttft_p90_s:.3f} s, TPOT p99 "
-              f"{next(iter(out.values())).tpot_p99_s * 1e3:.1f} ms; {result.wall_s:.1f} s wall)")
+            f"{n}: {'ok ' if out[(n, 'steady')].passed else 'MISS'} {out[(n, 'steady')].attainment:5.1%}"
+            f" (whole run {'ok' if out[(n, 'whole')].passed else 'MISS'})" for n in judged)
+            + f"  [steady TTFT p90 {some.ttft_p90_s:.3f} s, TPOT p99 {some.tpot_p99_s * 1e3:.1f} ms; "
+              f"{result.wall_s:.1f} s wall]")
         return out
 
+    def after_warmup(self, result):
+        kept = [r for r in result.requests if r.arrival_s >= self.warmup_s]
+        if len(kept) < len(result.requests) / 10:
+            raise ValueError(f"a warm-up of {self.warmup_s} s leaves {len(kept)} of {len(result.requests)} "
+                             "requests; use more requests or a shorter --warmup")
+        return replace(result, requests=kept)
 
-def goodput(runner: Runner, config: str, slo_name: str, rates: tuple, steps: int) -> tuple[float, bool]:
+
+def goodput(runner: Runner, config: str, slo_name: str, window: str, rates: tuple, steps: int
+            ) -> tuple[float, bool]:
     """(the highest rate that passed, whether the grid's top rate passed — a lower bound then).
     Every grid rate is run (the curves need them); the search starts below the first miss."""
-    passed = [runner.point(config, rate, slo_name).passed for rate in rates]
+    passed = [runner.point(config, rate, slo_name, window).passed for rate in rates]
     first_miss = passed.index(False) if False in passed else len(rates)
     lo = rates[first_miss - 1] if first_miss else 0.0
     hi = rates[first_miss] if first_miss < len(rates) else None
@@ -152,36 +170,44 @@ def goodput(runner: Runner, config: str, slo_name: str, rates: tuple, steps: int
         return lo, True
     for _ in range(steps):
         mid = (lo + hi) / 2
-        if runner.point(config, mid, slo_name).passed:
+        if runner.point(config, mid, slo_name, window).passed:
             lo = mid
         else:
             hi = mid
     return lo, False
 
 
-def curves(runner: Runner, config: str, slo_name: str) -> list[Point]:
-    points = [p[slo_name] for (c, _, s), p in runner.cache.items()
-              if c == config and slo_name in p and (s is None or s == slo_name)]
+def curves(runner: Runner, config: str, slo_name: str, window: str = "steady") -> list[Point]:
+    points = [p[(slo_name, window)] for (c, _, s), p in runner.cache.items()
+              if c == config and (slo_name, window) in p and (s is None or s == slo_name)]
     return sorted(points, key=lambda p: p.rate)
 
 
 def measure(runner: Runner, rates: tuple, steps: int) -> dict:
-    """Per SLO pair: every cluster's goodput, its curve, and the two ratios the issue asks for."""
+    """Per SLO pair: every cluster's goodput (steady state, and over the whole run), the curves,
+    and the two ratios the issue asks for."""
     configs = [*FIXED, "dynamic"]
     out = {}
     for slo_name, slo in SLOS.items():
         log(f"SLO {slo_name}: p90 TTFT <= {slo.ttft_s} s, p99 TPOT <= {slo.tpot_s * 1e3:.0f} ms")
-        found = {c: goodput(runner, c, slo_name, rates, steps) for c in configs}
+        found = {c: goodput(runner, c, slo_name, "steady", rates, steps) for c in configs}
+        whole_found = {c: goodput(runner, c, slo_name, "whole", rates, steps) for c in configs}
+        whole = {c: g for c, (g, _) in whole_found.items()}
         best_split = max(SPLITS, key=lambda c: found[c][0])
-        chunked = found["mixed_chunked"][0]
+        best_whole = max(SPLITS, key=lambda c: whole[c])
         out[slo_name] = {
             "ttft_p90_slo_s": slo.ttft_s, "tpot_p99_slo_s": slo.tpot_s,
             "goodput_req_s": {c: r3(g) for c, (g, _) in found.items()},
             "at_least": [c for c, (_, top) in found.items() if top],
             "best_split": best_split,
-            "best_split_over_mixed_chunked": ratio(found[best_split][0], chunked),
+            "best_split_over_mixed_chunked": ratio(found[best_split][0], found["mixed_chunked"][0]),
             "best_split_over_mixed": ratio(found[best_split][0], found["mixed"][0]),
             "dynamic_over_best_fixed_split": ratio(found["dynamic"][0], found[best_split][0]),
+            "goodput_whole_run_req_s": {c: r3(g) for c, g in whole.items()},
+            "at_least_whole_run": [c for c, (_, top) in whole_found.items() if top],
+            "best_split_whole_run": best_whole,
+            "best_split_over_mixed_chunked_whole_run": ratio(whole[best_whole], whole["mixed_chunked"]),
+            "dynamic_over_best_fixed_split_whole_run": ratio(whole["dynamic"], whole[best_whole]),
             "dynamic_roles_at_goodput": dynamic_story(runner, slo_name, found["dynamic"][0]),
             "curves": {c: [(r3(p.rate), r3(p.attainment), p.passed) for p in curves(runner, c, slo_name)]
                        for c in configs},
@@ -204,10 +230,10 @@ def dynamic_story(runner: Runner, slo_name: str, rate: float) -> dict | None:
 
 
 def bound(runner: Runner, slo_name: str, rate: float) -> dict:
-    """pd_split's TTFT bound for the mixed cluster at `rate` (an evaluated one), same requests."""
-    mixed = runner.point("mixed", rate, slo_name)
+    """pd_split's TTFT bound for the mixed cluster at `rate` (an evaluated one), every request."""
+    mixed = runner.point("mixed", rate, slo_name, "whole")
     floor = ttft_floor_p90(mixed.extra["cost_model"], [t.prompt_tokens for t in runner.lengths])
-    split = min((runner.point(c, rate, slo_name).ttft_p90_s, c) for c in SPLITS)
+    split = min((runner.point(c, rate, slo_name, "whole").ttft_p90_s, c) for c in SPLITS)
     return {"rate_req_s": r3(rate), **ttft_bound(floor, mixed.ttft_p90_s),
             "mixed_ttft_p90_s": r4(mixed.ttft_p90_s), "lowest_ttft_split": split[1],
             "split_ttft_p90_reduction_vs_mixed": r3(1 - split[0] / mixed.ttft_p90_s)}
@@ -215,13 +241,16 @@ def bound(runner: Runner, slo_name: str, rate: float) -> dict:
 
 def table(results: dict) -> str:
     configs = [*FIXED, "dynamic"]
-    lines = [f"{'SLO (p90 TTFT / p99 TPOT)':28s} " + " ".join(f"{c:>13s}" for c in configs)
+    lines = [f"{'SLO (p90 TTFT / p99 TPOT)':40s} " + " ".join(f"{c:>13s}" for c in configs)
              + f" {'split/chunked':>13s} {'dyn/split':>9s}"]
     for name, r in results.items():
-        label = f"{name} ({r['ttft_p90_slo_s']} s / {r['tpot_p99_slo_s'] * 1e3:.0f} ms)"
-        cells = [f"{r['goodput_req_s'][c]:>12.2f}{'+' if c in r['at_least'] else ' '}" for c in configs]
-        lines.append(f"{label:28s} " + " ".join(cells)
-                     + f" {_fmt(r['best_split_over_mixed_chunked']):>13s} {_fmt(r['dynamic_over_best_fixed_split']):>9s}")
+        for window, suffix in (("steady", ""), ("whole run", "_whole_run")):
+            label = f"{name} ({r['ttft_p90_slo_s']} s / {r['tpot_p99_slo_s'] * 1e3:.0f} ms) {window}"
+            goodputs = r[f"goodput{suffix}_req_s"]
+            cells = [f"{goodputs[c]:>12.2f}{'+' if c in r['at_least' + suffix] else ' '}" for c in configs]
+            lines.append(f"{label:40s} " + " ".join(cells)
+                         + f" {_fmt(r['best_split_over_mixed_chunked' + suffix]):>13s}"
+                         + f" {_fmt(r['dynamic_over_best_fixed_split' + suffix]):>9s}")
     return "\n".join(lines) + "\n(goodput in requests/s; + : the top grid rate passed, a lower bound)"
 
 
@@ -258,11 +287,14 @@ def plot(results: dict, path: Path, title: str) -> Path:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="300 requests, 3 rates, 1 bisection step (seconds)")
+    parser.add_argument("--quick", action="store_true",
+                        help="300 requests, 3 rates, 1 bisection step, 10 s warm-up (seconds)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--requests", type=int, default=None, help="trace requests per run (default 6000)")
     parser.add_argument("--rates", default=None, help="comma-separated grid, req/s (default 2,4,8,...,28)")
     parser.add_argument("--bisect", type=int, default=None, help="bisection steps after the grid (default 3)")
+    parser.add_argument("--warmup", type=float, default=None,
+                        help="seconds of arrivals the steady-state figures skip (default 120, --quick 10)")
     parser.add_argument("--trace", default=None, help="trace CSV (default: the Azure conversation trace)")
     parser.add_argument("--plot", default=None, metavar="PATH",
                         help="default: benchmarks/results/pd_goodput[_quick].png")
@@ -273,11 +305,12 @@ def main(argv=None) -> None:
     n = args.requests or mode["requests"]
     rates = tuple(float(x) for x in args.rates.split(",")) if args.rates else mode["rates"]
     steps = mode["bisect"] if args.bisect is None else args.bisect
+    warmup = mode["warmup"] if args.warmup is None else args.warmup
     lengths = (load_trace(args.trace, limit=n) if args.trace else load_trace(limit=n))
-    log(f"pd_goodput: {len(lengths)} trace requests, rates {rates} + {steps} bisection steps, "
+    log(f"pd_goodput: {len(lengths)} trace requests, rates {rates} + {steps} bisection steps, warm-up {warmup} s, "
         f"4x {DEVICE} emulating {PROFILE}")
     started = time.perf_counter()
-    runner = Runner(lengths, args.seed)
+    runner = Runner(lengths, args.seed, warmup)
     results = measure(runner, rates, steps)
     log(table(results))
     balanced = results["balanced"]
@@ -295,10 +328,13 @@ def main(argv=None) -> None:
         "best_split": balanced["best_split"],
         "best_split_over_mixed_chunked": balanced["best_split_over_mixed_chunked"],
         "dynamic_over_best_fixed_split": balanced["dynamic_over_best_fixed_split"],
+        "goodput_whole_run_req_s": balanced["goodput_whole_run_req_s"],
+        "best_split_over_mixed_chunked_whole_run": balanced["best_split_over_mixed_chunked_whole_run"],
+        "dynamic_over_best_fixed_split_whole_run": balanced["dynamic_over_best_fixed_split_whole_run"],
         **{k: v for k, v in ttft.items() if k in ("ttft_p90_reduction_bound_vs_mixed", "ttft_p90_floor_s")},
         "ttft_bound": ttft,
         "slos": {name: {k: v for k, v in r.items()} for name, r in results.items()},
-        "requests": len(lengths), "rates": list(rates), "bisection_steps": steps,
+        "requests": len(lengths), "rates": list(rates), "bisection_steps": steps, "warmup_s": warmup,
         "resolution_req_s": r3(min(np.diff((0.0, *rates))) / 2 ** steps),
         "arrivals": f"Poisson, seed {args.seed}", "trace": TRACE_CITATION, "device": DEVICE, "profile": PROFILE,
         "cards": 4, "dynamic_start": DYNAMIC_START, "simulations": runner.sims,

@@ -1,5 +1,6 @@
-"""benchmarks/pd_goodput.py --quick: the issue's keys, goodputs consistent with the runs they come
-from, curves that do not rise with load, and the TTFT bound holding for every split."""
+"""benchmarks/pd_goodput.py --quick: the issue's keys (steady state and whole run), goodputs
+consistent with the runs they come from, curves that do not rise with load, and the TTFT bound
+holding for every split."""
 
 from __future__ import annotations
 
@@ -23,9 +24,10 @@ def test_quick_run_reports_goodputs_the_curves_support(capsys):
     pd_goodput.main(["--quick", "--no-plot"])
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
 
-    for key in ("best_split_over_mixed_chunked", "dynamic_over_best_fixed_split"):
+    for key in ("best_split_over_mixed_chunked", "dynamic_over_best_fixed_split",
+                "best_split_over_mixed_chunked_whole_run", "dynamic_over_best_fixed_split_whole_run"):
         assert isinstance(out[key], float) and out[key] > 0
-    assert set(out["goodput_req_s"]) == set(CONFIGS)
+    assert set(out["goodput_req_s"]) == set(out["goodput_whole_run_req_s"]) == set(CONFIGS)
     assert set(out["slos"]) == set(pd_goodput.SLOS)
     top = max(out["rates"])
     for slo_name, r in out["slos"].items():
@@ -34,7 +36,7 @@ def test_quick_run_reports_goodputs_the_curves_support(capsys):
             r["goodput_req_s"][best] / r["goodput_req_s"]["mixed_chunked"], abs=0.01)
         for config in CONFIGS:
             goodput, curve = r["goodput_req_s"][config], r["curves"][config]
-            assert 0 <= goodput <= top
+            assert 0 <= goodput <= top and 0 <= r["goodput_whole_run_req_s"][config] <= top
             rates = [rate for rate, _, _ in curve]
             assert rates == sorted(rates) and set(out["rates"]) <= set(rates)
             # every rate up to the goodput met the SLO; the next one measured above it did not
