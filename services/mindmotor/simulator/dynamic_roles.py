@@ -75,10 +75,12 @@ class DynamicRoles:
 
     # ---- wiring ---------------------------------------------------------------------------------
     def attach(self, cluster) -> None:
-        """Take over `cluster`'s routing lists (`entry`, `decoders`) and start measuring."""
+        """Take over `cluster`'s routing lists (`entry`, `decoders`) and start measuring (afresh:
+        the policy's memory and the switch log start empty for every run)."""
         if not cluster.split:
             raise ValueError("dynamic roles need a P/D split to start from")
         self.cluster = cluster
+        self.state, self.switches = RatioState(), []
         clock = lambda: self.now  # noqa: E731
         c = self.config
         self.ttft = [LatencyWindow(c.window_s, c.max_samples, clock) for _ in cluster.instances]
