@@ -106,8 +106,10 @@ class Runner:
     and judges the run against each SLO pair over both windows: `steady` (requests arriving after
     the warm-up) and `whole` (every request)."""
 
-    def __init__(self, lengths: list[TraceRequest], seed: int, warmup_s: float):
+    def __init__(self, lengths: list[TraceRequest], seed: int, warmup_s: float,
+                 policy: pd_ratio.RatioPolicyConfig = pd_ratio.RatioPolicyConfig()):
         self.lengths = lengths
+        self.policy = policy
         self.gaps = np.random.default_rng(seed).exponential(1.0, len(lengths))
         self.warmup_s = warmup_s
         self.cache: dict[tuple, dict[tuple[str, str], Point]] = {}
@@ -124,7 +126,7 @@ class Runner:
         trace = requests_at(self.lengths, self.gaps, rate)
         if config == "dynamic":
             slo = SLOS[slo_name]
-            roles = DynamicRoles(DynamicRolesConfig(pd_ratio.SLO(slo.ttft_s, slo.tpot_s)))
+            roles = DynamicRoles(DynamicRolesConfig(pd_ratio.SLO(slo.ttft_s, slo.tpot_s), self.policy))
             result = simulate(FIXED[DYNAMIC_START], trace, roles=roles)
             judged = {slo_name: slo}
         else:
@@ -295,6 +297,8 @@ def main(argv=None) -> None:
     parser.add_argument("--bisect", type=int, default=None, help="bisection steps after the grid (default 3)")
     parser.add_argument("--warmup", type=float, default=None,
                         help="seconds of arrivals the steady-state figures skip (default 120, --quick 10)")
+    parser.add_argument("--sustain", type=float, default=None,
+                        help="the dynamic cluster's policy sustain time, s (default: the controller's, 30)")
     parser.add_argument("--trace", default=None, help="trace CSV (default: the Azure conversation trace)")
     parser.add_argument("--plot", default=None, metavar="PATH",
                         help="default: benchmarks/results/pd_goodput[_quick].png")
@@ -310,7 +314,8 @@ def main(argv=None) -> None:
     log(f"pd_goodput: {len(lengths)} trace requests, rates {rates} + {steps} bisection steps, warm-up {warmup} s, "
         f"4x {DEVICE} emulating {PROFILE}")
     started = time.perf_counter()
-    runner = Runner(lengths, args.seed, warmup)
+    policy = pd_ratio.RatioPolicyConfig(**({} if args.sustain is None else {"sustain_s": args.sustain}))
+    runner = Runner(lengths, args.seed, warmup, policy)
     results = measure(runner, rates, steps)
     log(table(results))
     balanced = results["balanced"]
@@ -333,11 +338,12 @@ def main(argv=None) -> None:
         "dynamic_over_best_fixed_split_whole_run": balanced["dynamic_over_best_fixed_split_whole_run"],
         **{k: v for k, v in ttft.items() if k in ("ttft_p90_reduction_bound_vs_mixed", "ttft_p90_floor_s")},
         "ttft_bound": ttft,
-        "slos": {name: {k: v for k, v in r.items()} for name, r in results.items()},
+        "slos": results,
         "requests": len(lengths), "rates": list(rates), "bisection_steps": steps, "warmup_s": warmup,
         "resolution_req_s": r3(min(np.diff((0.0, *rates))) / 2 ** steps),
         "arrivals": f"Poisson, seed {args.seed}", "trace": TRACE_CITATION, "device": DEVICE, "profile": PROFILE,
-        "cards": 4, "dynamic_start": DYNAMIC_START, "simulations": runner.sims,
+        "cards": 4, "dynamic_start": DYNAMIC_START, "dynamic_policy": vars(policy),
+        "simulations": runner.sims,
         "sim_wall_s": r3(runner.sim_wall_s), "wall_s": r3(time.perf_counter() - started), "quick": args.quick,
     }
     finish(result, args.save_json)
