@@ -8,8 +8,6 @@ leader lease 1 s.
 
 from __future__ import annotations
 
-from mindmotor.common.roles import Role
-
 import asyncio
 import os
 import signal
@@ -25,6 +23,7 @@ import httpx
 import pytest
 import pytest_asyncio
 
+from mindmotor.common.roles import Role
 from mindmotor.controller.client import InstanceAgent, InstanceLoad, RoutingTableWatcher
 from mindmotor.protocol import controller_pb2
 

@@ -3,14 +3,13 @@ the Watch stream, failure reports and commands, seen through the routing table."
 
 from __future__ import annotations
 
-from mindmotor.common.roles import Role
-
 import time
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from mindmotor.common.roles import Role
 from mindmotor.protocol import controller_pb2, controller_pb2_grpc
 
 from .conftest import DEAD_S, SUSPECT_S, eventually, state_of

@@ -9,14 +9,13 @@ virtual timing) whose own measured latencies miss a deliberately tiny TTFT targe
 
 from __future__ import annotations
 
-from mindmotor.common.roles import Role
-
 import asyncio
 import re
 
 import grpc
 import pytest
 
+from mindmotor.common.roles import Role
 from mindmotor.controller.pd_settings import DEFAULT_SLO, parse_slo
 from mindmotor.launcher.process import ChildProcess
 from mindmotor.model.testing import write_tiny_checkpoint

@@ -3,10 +3,9 @@ this coordinator sees are reported back."""
 
 from __future__ import annotations
 
-from mindmotor.common.roles import Role
-
 import asyncio
 
+from mindmotor.common.roles import Role
 from mindmotor.coordinator.controller_source import ControllerSource, view_from_info
 from mindmotor.coordinator.routing_table import RoutingTable
 from mindmotor.protocol import controller_pb2 as cpb

@@ -7,8 +7,6 @@ instance serves is learnt again or forgotten."""
 
 from __future__ import annotations
 
-from mindmotor.common.roles import Role
-
 import json
 import re
 import shutil
@@ -20,6 +18,7 @@ import grpc
 import httpx
 import pytest
 
+from mindmotor.common.roles import Role
 from mindmotor.common.tokenizer import Tokenizer, TokenizerFiles
 from mindmotor.protocol import worker_pb2 as pb
 from mindmotor.protocol import worker_pb2_grpc

@@ -7,8 +7,6 @@ refusal the platform serves as before."""
 
 from __future__ import annotations
 
-from mindmotor.common.roles import Role
-
 import socket
 import ssl
 import subprocess
@@ -19,6 +17,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from mindmotor.common import rpc
+from mindmotor.common.roles import Role
 from mindmotor.protocol import controller_pb2, controller_pb2_grpc, deployer_pb2, deployer_pb2_grpc
 from mindmotor.protocol import worker_pb2, worker_pb2_grpc
 

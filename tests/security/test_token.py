@@ -5,8 +5,6 @@ with no credential at all refuses to start. After each refusal the platform serv
 
 from __future__ import annotations
 
-from mindmotor.common.roles import Role
-
 import subprocess
 import sys
 
@@ -14,6 +12,7 @@ import grpc
 import pytest
 
 from mindmotor.common import rpc
+from mindmotor.common.roles import Role
 from mindmotor.protocol import controller_pb2, controller_pb2_grpc, worker_pb2, worker_pb2_grpc
 
 from .conftest import TOKEN, WORKER_ID, code_of, metric

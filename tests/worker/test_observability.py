@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from mindmotor.common.roles import Role
-
 import urllib.request
 
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
+from mindmotor.common.roles import Role
 from mindmotor.npu_smi_cli import snapshots_from_metrics
 from mindmotor.device.npu_smi import format_npu_smi
 from mindmotor.protocol import worker_pb2 as pb

@@ -6,12 +6,11 @@ roles switch at run time."""
 
 from __future__ import annotations
 
-from mindmotor.common.roles import Role
-
 import grpc
 import pytest
 import httpx
 
+from mindmotor.common.roles import Role
 from mindmotor.protocol import worker_pb2 as pb
 
 from .rpc import collect, request

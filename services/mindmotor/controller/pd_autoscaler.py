@@ -21,8 +21,6 @@ with none, so it waits a full `sustain_s` before its first switch.
 
 from __future__ import annotations
 
-from mindmotor.common.roles import Role
-
 import logging
 from collections import defaultdict
 from dataclasses import dataclass
@@ -32,6 +30,8 @@ from .metrics import ControllerMetrics
 from .pd_ratio import Decision, Measurement, RatioState, decide
 from .records import InstanceRecord
 from .registry import Registry
+
+from mindmotor.common.roles import Role
 
 log = logging.getLogger("mindmotor.controller.pd")
 

@@ -19,9 +19,9 @@ Every decision carries its reason: a sentence (logged) and a short code (a metri
 
 from __future__ import annotations
 
-from mindmotor.common.roles import Role
-
 from dataclasses import dataclass, field
+
+from mindmotor.common.roles import Role
 
 MORE_PREFILL = "more_prefill"
 MORE_DECODE = "more_decode"

@@ -8,8 +8,8 @@ import logging
 
 import grpc
 
-from mindmotor.common.roles import Role
 from mindmotor.common import rpc
+from mindmotor.common.roles import Role
 from mindmotor.common.store import StoreUnavailable
 from mindmotor.protocol import controller_pb2, controller_pb2_grpc
 

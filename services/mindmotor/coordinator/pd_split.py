@@ -18,14 +18,13 @@ frees it otherwise).
 
 from __future__ import annotations
 
-from mindmotor.common.roles import Role
-
 import asyncio
 import logging
 from dataclasses import dataclass
 
 import grpc
 
+from mindmotor.common.roles import Role
 from mindmotor.common.roles import Role
 from mindmotor.protocol import worker_pb2 as pb
 

@@ -16,14 +16,14 @@ decode instance's prefix cache only saves a transfer, its load decides the TPOT)
 
 from __future__ import annotations
 
-from mindmotor.common.roles import Role
-
 from typing import Callable, Collection
 
 from .errors import ServiceUnavailable
 from .routing_table import InstanceView, RoutingTable
 from .policies import LeastLoad, Policy, RouteRequest
 from .policies.versions import VersionSplit
+
+from mindmotor.common.roles import Role
 
 
 class NoInstanceAvailable(ServiceUnavailable):

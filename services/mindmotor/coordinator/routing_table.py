@@ -11,13 +11,13 @@ restarted replica gets new ports) starts unmarked.
 
 from __future__ import annotations
 
-from mindmotor.common.roles import Role
-
 import dataclasses
 import logging
 import time
 from dataclasses import dataclass
 from typing import Callable, Collection, Iterable
+
+from mindmotor.common.roles import Role
 
 log = logging.getLogger("mindmotor.coordinator")
 

@@ -26,8 +26,6 @@ Errors are `SpecError`, one line per problem, each naming the field.
 
 from __future__ import annotations
 
-from mindmotor.common.roles import Role
-
 import json
 from pathlib import Path
 from typing import Any
@@ -37,6 +35,8 @@ from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationI
                       model_validator)
 
 from .worker_settings import normalize_worker_settings
+
+from mindmotor.common.roles import Role
 
 NAME_PATTERN = r"^[a-z]([a-z0-9-]{0,22}[a-z0-9])?$"
 VERSION_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,22}[a-z0-9])?$"

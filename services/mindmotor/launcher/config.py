@@ -45,14 +45,14 @@ coordinator_args: []     # more `mindmotor coordinator` flags
 
 from __future__ import annotations
 
-from mindmotor.common.roles import NAMES, Role
-
 from pathlib import Path
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .liveness import LivenessSettings
+
+from mindmotor.common.roles import NAMES, Role
 
 
 

@@ -11,11 +11,10 @@ settings (checked against `mindmotor worker`'s own flags); `roles` become its pr
 
 from __future__ import annotations
 
-from mindmotor.common.roles import Role
-
 import argparse
 import re
 
+from mindmotor.common.roles import Role
 from mindmotor.deployer.spec import DeploymentSpec, SpecError, parse_spec
 from mindmotor.model.checkpoint import resolve_model_dir
 

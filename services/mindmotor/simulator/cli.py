@@ -2,6 +2,7 @@
 
     mindmotor simulate --instances 8 --device 910B3 --model qwen2-7b --duration 3600
     mindmotor simulate --prefill 2 --decode 6 --routing least_load --slo-ttft 2 --slo-tpot 0.05 --json
+    mindmotor simulate --prefill 2 --decode 2 --rate 16 --duration 900 --slo-ttft 0.4 --slo-tpot 0.05 --dynamic-roles
     mindmotor simulate --search --rate 8 --duration 300 --slo-ttft 2 --slo-tpot 0.05 --pd
 
 Nothing heavy is imported until the command runs.
@@ -39,6 +40,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="seconds of serving path (HTTP, coordinator, gRPC) per request (default: measured 0.0129)")
     p.add_argument("--slo-ttft", type=float, default=None, help="TTFT SLO, seconds")
     p.add_argument("--slo-tpot", type=float, default=None, help="TPOT SLO, seconds per token")
+    p.add_argument("--dynamic-roles", action="store_true",
+                   help="P/D split: switch roles at run time with the controller's ratio policy "
+                        "(its default hysteresis; --slo-ttft/--slo-tpot are its targets)")
     p.add_argument("--search", action="store_true", help="find the fewest cards meeting the SLO")
     p.add_argument("--target", type=float, default=0.9, help="--search: share of requests within SLO")
     p.add_argument("--pd", action="store_true", help="--search: also try P:D splits")
@@ -64,6 +68,19 @@ def build_spec(args: argparse.Namespace):
     return ClusterSpec(**overrides)
 
 
+def dynamic_roles(args: argparse.Namespace, spec):
+    """`--dynamic-roles`: the controller's P/D ratio policy with the SLO as its targets, or None."""
+    if not args.dynamic_roles:
+        return None
+    if args.search or not spec.prefill or args.slo_ttft is None or args.slo_tpot is None:
+        raise ValueError("--dynamic-roles needs a P/D split (--prefill, --decode) and --slo-ttft and --slo-tpot, "
+                         "without --search")
+    from mindmotor.controller.pd_ratio import SLO as RatioSLO
+    from mindmotor.simulator.dynamic_roles import DynamicRoles, DynamicRolesConfig
+
+    return DynamicRoles(DynamicRolesConfig(RatioSLO(args.slo_ttft, args.slo_tpot)))
+
+
 def run_simulate(args: argparse.Namespace) -> int:
     from mindmotor.simulator.report import SLO, summarize
     from mindmotor.simulator.search import search
@@ -80,7 +97,8 @@ def run_simulate(args: argparse.Namespace) -> int:
                 raise ValueError("--search needs --slo-ttft and/or --slo-tpot")
             result = search(spec, trace, slo, args.target, args.max_instances, args.pd)
         else:
-            result = summarize(simulate(spec, trace), slo)
+            sim = simulate(spec, trace, roles=dynamic_roles(args, spec))
+            result = summarize(sim, slo) | sim.extra
     except ValueError as exc:
         print(f"simulate: {exc}", file=sys.stderr)
         return 2
@@ -115,6 +133,12 @@ def format_summary(s: dict) -> str:
     if s["handoffs"]:
         lines.append(f"P/D handoffs {s['handoffs']}, "
                      f"KV transfer {s['kv_transfer_s_total']:.2f} s in total")
+    if "dynamic_roles" in s:
+        d = s["dynamic_roles"]
+        lines.append(f"dynamic roles: {len(d['switches'])} switch(es), ending at P:D "
+                     f"{d['final_roles']['prefill']}:{d['final_roles']['decode']}" + "".join(
+                         f"; {w['decided_s']:.0f} s instance {w['instance']} {w['old_role']} -> {w['new_role']} "
+                         f"({w['reason']})" for w in d["switches"]))
     return "\n".join(lines)
 
 

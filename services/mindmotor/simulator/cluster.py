@@ -21,6 +21,8 @@ import json
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from mindmotor.common.roles import Role
+
 ROUTING_POLICIES = ("round_robin", "least_load", "cache_aware", "weighted_round_robin")
 
 
@@ -67,8 +69,8 @@ class ClusterSpec:
     def cards(self) -> int:
         return self.instances * self.tp
 
-    def roles(self) -> list[str]:
-        return ["prefill"] * self.prefill + ["decode"] * self.decode + ["mixed"] * self.mixed
+    def roles(self) -> list[Role]:
+        return [Role.PREFILL] * self.prefill + [Role.DECODE] * self.decode + [Role.MIXED] * self.mixed
 
     @classmethod
     def from_file(cls, path: str | Path, **overrides) -> "ClusterSpec":

@@ -18,6 +18,7 @@ import time
 from array import array
 from dataclasses import dataclass, field
 
+from mindmotor.common.roles import Role
 from mindmotor.coordinator.routing_table import InstanceView
 from mindmotor.coordinator.policies import make_policy
 from mindmotor.coordinator.policies.base import RouteRequest
@@ -25,6 +26,7 @@ from mindmotor.coordinator.policies.least_load import LeastLoad
 from mindmotor.device.hf_profile import resolve_profile
 from mindmotor.device.specs import get_device_spec
 from mindmotor.simulator.cluster import ClusterSpec
+from mindmotor.simulator.dynamic_roles import DynamicRoles
 from mindmotor.simulator.instance import SimInstance, SimRequest
 from mindmotor.simulator.trace import TraceRequest
 
@@ -59,11 +61,11 @@ class _Cluster:
                         enable_chunked_prefill=spec.enable_chunked_prefill,
                         enable_prefix_caching=spec.enable_prefix_caching, num_blocks=num_blocks)
             for i, role in enumerate(spec.roles())]
-        self.entry = [x for x in self.instances if x.role == "prefill"] or \
-            [x for x in self.instances if x.role == "mixed"]
-        self.decoders = [x for x in self.instances if x.role == "decode"] or \
-            [x for x in self.instances if x.role == "mixed"]
-        self.split = any(x.role == "prefill" for x in self.instances)
+        self.entry = [x for x in self.instances if x.role == Role.PREFILL] or \
+            [x for x in self.instances if x.role == Role.MIXED]
+        self.decoders = [x for x in self.instances if x.role == Role.DECODE] or \
+            [x for x in self.instances if x.role == Role.MIXED]
+        self.split = any(x.role == Role.PREFILL for x in self.instances)
         self.policy = make_policy(spec.routing)
         self.decode_policy = LeastLoad()
         self.max_model_len = min(x.max_model_len for x in self.instances)
@@ -96,10 +98,14 @@ class _LengthOnly(RouteRequest):
         return self._prompt_tokens + self.max_new_tokens
 
 
-def simulate(spec: ClusterSpec, trace: list[TraceRequest], num_blocks: int | None = None) -> SimulationResult:
-    """Replay `trace` on `spec`'s cluster. `num_blocks` overrides every instance's KV pool (tests)."""
+def simulate(spec: ClusterSpec, trace: list[TraceRequest], num_blocks: int | None = None,
+             roles: DynamicRoles | None = None) -> SimulationResult:
+    """Replay `trace` on `spec`'s cluster. `num_blocks` overrides every instance's KV pool (tests).
+    `roles`: switch P/D roles at run time with the controller's ratio policy (dynamic_roles.py)."""
     started = time.perf_counter()
     cluster = _Cluster(spec, num_blocks)
+    if roles is not None:
+        roles.attach(cluster)
     limit = cluster.max_model_len
     requests, clipped = [], 0
     for i, t in enumerate(trace):
@@ -180,6 +186,8 @@ def simulate(spec: ClusterSpec, trace: list[TraceRequest], num_blocks: int | Non
             prefill.release_pinned(str(req.index))
             kick(prefill)
             kick(dec)
+        if roles is not None:
+            roles.after_event(now, *((b, a) if kind == STEP_END else ()))
     unfinished = [r.index for r in requests if r.finished_s is None]
     if unfinished:
         raise RuntimeError(f"{len(unfinished)} requests never finished (e.g. {unfinished[:3]}): "
@@ -187,4 +195,4 @@ def simulate(spec: ClusterSpec, trace: list[TraceRequest], num_blocks: int | Non
     makespan = max(r.finished_s for r in requests)
     return SimulationResult(spec=spec, requests=requests, itl_s=itl, instances=cluster.instances,
                             makespan_s=makespan, wall_s=time.perf_counter() - started, clipped=clipped,
-                            **stats)
+                            extra={"dynamic_roles": roles.summary()} if roles is not None else {}, **stats)

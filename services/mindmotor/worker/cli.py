@@ -9,9 +9,9 @@ stderr. Nothing heavy is imported until the command runs.
 
 from __future__ import annotations
 
-from mindmotor.common.roles import NAMES, Role
-
 import argparse
+
+from mindmotor.common.roles import NAMES, Role
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

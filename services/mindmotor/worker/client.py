@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import grpc
 
-from mindmotor.common.roles import Role
 from mindmotor.common import rpc
+from mindmotor.common.roles import Role
 from mindmotor.protocol import worker_pb2 as pb
 from mindmotor.protocol import worker_pb2_grpc
 

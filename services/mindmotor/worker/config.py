@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from mindmotor.common.roles import NAMES, Role
-
 import os
 import socket
 from dataclasses import dataclass, field
 
+from mindmotor.common.roles import NAMES, Role
 from mindmotor.engine.config import EngineConfig
 
 READY_PREFIX = "MINDMOTOR_WORKER_READY"

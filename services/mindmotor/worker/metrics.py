@@ -9,8 +9,6 @@ mean TPOT per request) whose p90 the worker reports in its heartbeats.
 
 from __future__ import annotations
 
-from mindmotor.common.roles import Role
-
 import time
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -18,6 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from mindmotor.common import vllm_metrics as V
+from mindmotor.common.roles import Role
 
 from .latency_window import LatencyWindow
 

@@ -15,9 +15,9 @@ import asyncio
 import logging
 from typing import Callable
 
-from mindmotor.common.roles import Role
-
 from .admission import Admission
+
+from mindmotor.common.roles import Role
 
 log = logging.getLogger("mindmotor.worker")
 

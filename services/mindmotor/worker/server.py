@@ -17,8 +17,8 @@ import sys
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
-from mindmotor.common.roles import Role
 from mindmotor.common import rpc
+from mindmotor.common.roles import Role
 from mindmotor.engine.async_engine import AsyncLLMEngine
 from mindmotor.protocol import worker_pb2, worker_pb2_grpc
 

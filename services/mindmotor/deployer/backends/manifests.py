@@ -11,13 +11,13 @@ grace period covers the worker's drain timeout.
 
 from __future__ import annotations
 
-from mindmotor.common.roles import Role
-
 from collections import Counter
 from typing import Any
 
 from .base import VersionTarget
 from .command import worker_args
+
+from mindmotor.common.roles import Role
 
 GRPC_PORT = 50051
 METRICS_PORT = 9100
