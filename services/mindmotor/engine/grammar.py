@@ -2,9 +2,9 @@
 grammar) compiled by llguidance into a grammar, one `LLMatcher` per constrained sequence, and the
 per-step token masks of a batch's constrained rows computed together (`LLExecutor`, in parallel
 off the GIL) — started before the step's forward pass (`prefetch`) so that they compute while the
-model runs, then applied to the logits with one table lookup and one add. The matcher follows the sequence's output tokens, so a preempted sequence keeps its
-state and a continued one (migration, the decode side of a P/D split) rebuilds it by consuming
-the output produced elsewhere."""
+model runs, then applied to the logits with one table lookup and one add. The matcher follows the
+sequence's output tokens, so a preempted sequence keeps its state and a continued one (migration,
+the decode side of a P/D split) rebuilds it by consuming the output produced elsewhere."""
 
 from __future__ import annotations
 
@@ -67,7 +67,8 @@ def _compile(kind: str, spec: str, param: str) -> str:
 
 
 def _bit_table() -> np.ndarray:
-    """[256, 8] float32: for each mask byte, 0 where its bit (little-endian) allows the token, -inf where not."""
+    """[256, 8] float32: for each mask byte, 0 where its bit (little-endian) allows the token,
+    -inf where not."""
     bits = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little").astype(bool)
     return np.where(bits, np.float32(0), np.float32(-np.inf)).astype(np.float32)
 
