@@ -58,7 +58,8 @@ def continuous_time_lower_bound(cost_model: CostModel, lengths: list[tuple[int, 
                     math.ceil(total_tokens / max_num_batched_tokens))
     merged = cost_model.operators(StepShape(prefills=[(p, 0) for p, _ in lengths], decodes=contexts))
     fixed = _fixed_memory_per_step(cost_model)
-    seconds = sum(op.roofline(op.compute_s, op.memory_s + (min_steps - 1) * fixed.get(name, 0.0))
+    seconds = sum(op.roofline(op.compute_s if op.compute_floor_s is None else op.compute_floor_s,
+                              op.memory_s + (min_steps - 1) * fixed.get(name, 0.0))
                   for name, op in merged.items())
     smallest_step = cost_model.operators(StepShape(decodes=[1]))
     seconds += min_steps * sum(op.fixed_s for op in smallest_step.values())

@@ -150,3 +150,24 @@ def test_nvidia_defaults_are_the_vidur_fit():
 def test_bad_efficiency_is_rejected():
     with pytest.raises(ValueError, match="gemm_eta_memory"):
         CostModel(SPEC, get_profile("llama2-7b"), eta_memory=1.5)
+
+
+def test_a_gemm_runs_on_the_fastest_of_the_librarys_kernels():
+    """H100 has kernels of 64, 128 and 256 token rows per tile (fitted efficiencies): each GEMM's
+    compute time is the smallest of the tile-quantized times, and its floor (every row at the best
+    kernel's rate, no tile wasted) never exceeds it — what benchmarks/bounds.py relies on."""
+    spec = get_device_spec("H100-SXM")
+    model = CostModel(spec, get_profile("llama2-7b"), dtype="fp16")
+    kp, peak = spec.kernels, spec.peak_flops["fp16"]
+    kernels = [(kp.gemm_tile_m, kp.gemm_eta_compute), *kp.gemm_extra_tiles]
+    assert [tile for tile, _ in kernels] == [64, 128, 256]
+    for rows in (1, 100, 448, 512, 544, 2048):
+        op = model.operators(StepShape(prefills=[(rows, 0)]))["mlp_down"]
+        weights = op.flops / (2 * rows)
+        by_hand = min(2 * -(-rows // tile) * tile * weights / (eta * peak) for tile, eta in kernels)
+        assert op.compute_s == pytest.approx(by_hand, rel=1e-9), rows
+        assert op.compute_floor_s <= op.compute_s
+    at = lambda rows: model.operators(StepShape(prefills=[(rows, 0)]))["mlp_down"].compute_s  # noqa: E731
+    assert at(512) / 512 < at(448) / 448 and at(544) > at(512)    # whole 256-row tiles, then one more
+    assert CostModel(SPEC, get_profile("llama2-7b")).operators(StepShape(decodes=[1]))["mlp_down"].compute_floor_s \
+        is None                                                   # one kernel (Ascend): no floor needed

@@ -83,6 +83,10 @@ class OperatorTime:
     bytes: float = 0.0
     fixed_s: float = 0.0
     k: float | None = None
+    # A compute time that no split of this operator's work over several steps goes below in sum
+    # (None: compute_s itself). It differs when a GEMM runs on the fastest of several tile
+    # kernels: a step of 257 rows can cost more than steps of 256 and 1 (benchmarks/bounds.py).
+    compute_floor_s: float | None = None
 
     def roofline(self, compute_s: float, memory_s: float) -> float:
         return roofline(compute_s, memory_s, self.k)
@@ -147,6 +151,9 @@ class CostModel:
 
         peak, bw = spec.peak_flops[dtype], spec.hbm_bandwidth
         self._s_per_flop = 1.0 / (kp.gemm_eta_compute * peak)
+        # The GEMM library's kernels: (tile height, seconds per FLOP); a GEMM runs on the fastest.
+        self._gemm_kernels = ((kp.gemm_tile_m, self._s_per_flop),) + tuple(
+            (tile, 1.0 / (eta * peak)) for tile, eta in kp.gemm_extra_tiles)
         self._s_per_byte = 1.0 / (kp.gemm_eta_memory * bw)
         self._s_per_kv_byte = 1.0 / (kp.attention_decode_eta_memory * bw)
         self._s_per_attn_flop = 1.0 / (kp.attention_prefill_eta_compute * peak)
@@ -205,8 +212,12 @@ class CostModel:
 
         def gemm(name: str, rows: int, weights: float, by: float, count: int) -> None:
             """`rows` tokens through `weights` elements; the compute is priced on whole tiles."""
-            padded = -(-rows // kp.gemm_tile_m) * kp.gemm_tile_m
-            ops[name] = OperatorTime(compute_s=2.0 * padded * weights * self._s_per_flop,
+            compute_s = min(2.0 * (-(-rows // tile)) * tile * weights * s_per_flop
+                            for tile, s_per_flop in self._gemm_kernels)
+            floor = None
+            if len(self._gemm_kernels) > 1:                # no tile wasted, at the best kernel's rate
+                floor = 2.0 * rows * weights * min(s for _, s in self._gemm_kernels)
+            ops[name] = OperatorTime(compute_s=compute_s, compute_floor_s=floor,
                                      memory_s=by * self._s_per_byte, kernels=count,
                                      flops=2.0 * rows * weights, bytes=by, fixed_s=count * tau, k=k)
 

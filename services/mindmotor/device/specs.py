@@ -22,8 +22,11 @@ Kernel behaviour (`KernelParams`, one set per device, what the cost model prices
 - A100-80G / H100-SXM: fitted on Vidur's measured Llama-2-7B profiles (microsoft/vidur, MIT;
   `../shared/data/vidur/`): GEMM and elementwise parameters on every mlp.csv row (TP 1-8), decode
   and prefill attention on the three A100 attention medians named in calibration.json
-  (`benchmarks/fidelity.py --fit` re-derives them, the GEMMs' tile height of 64 token rows
-  included: the measured GEMM times step at multiples of it). H100 attention is not measured in that data:
+  (`benchmarks/fidelity.py --fit` re-derives them, the GEMM kernels included: the library's
+  kernels of 64, 128 and 256 token rows per tile — CUTLASS's and cuBLAS's fp16 CTA tile heights —
+  each with its fitted efficiency, a GEMM running on the fastest; the measured GEMM times step at
+  multiples of the tiles and fall where a bigger tile fits whole, e.g. H100 at 512 tokens; a
+  kernel the fit never picks is left out). H100 attention is not measured in that data:
   it takes the A100 fractions (an assumption, marked in the table).
 - Ascend: no measured kernel profile is public. GEMMs keep msmodeling's efficiency figures
   (0.7 of cube peak, 0.6 of HBM bandwidth); attention takes the A100-measured fractions;
@@ -60,7 +63,8 @@ class KernelParams:
     GEMM time = tau + (t_c^k + t_m^k)^(1/k) with t_c = F / (eta_c peak), t_m = B / (eta_m HBM BW):
     a roofline rounded near the ridge point (k -> infinity is the sharp max). F counts whole tiles
     of `gemm_tile_m` token rows (tile quantization: a tensor-core kernel computes its last tile in
-    full, so N tokens cost as ceil(N / T) T)."""
+    full, so N tokens cost as ceil(N / T) T); with `gemm_extra_tiles` the library has more kernels,
+    (tile rows, eta_c) each, and a GEMM's t_c is the smallest over all of them."""
     gemm_tau_s: float                      # launch and tail of one GEMM
     gemm_eta_compute: float                # achievable fraction of peak FLOP/s in a large GEMM
     gemm_eta_memory: float                 # achievable fraction of HBM bandwidth streaming weights
@@ -75,19 +79,22 @@ class KernelParams:
     link_eta: float                        # achievable fraction of the intra-node link
     host_overhead_s: float                 # per step: scheduling, input prep, graph launch
     gemm_tile_m: int = 1                   # token rows per GEMM tile (1: no tile quantization)
+    gemm_extra_tiles: tuple[tuple[int, float], ...] = ()   # other kernels: (tile rows, eta_compute)
     source: str = field(default="", compare=False)
 
 
 # Fitted on Vidur's A100 Llama-2-7B profile (mlp.csv rows; calibration.json attention points).
 A100_KERNELS = KernelParams(
-    gemm_tau_s=7e-6, gemm_eta_compute=0.74, gemm_eta_memory=0.92, roofline_k=2.0,
+    gemm_tau_s=7e-6, gemm_eta_compute=0.62, gemm_eta_memory=0.92, roofline_k=2.5,
+    gemm_extra_tiles=((128, 0.74),),
     attention_fixed_s=10.5e-6, attention_decode_eta_memory=0.89, attention_prefill_eta_compute=0.143,
     elementwise_tau_s=2.2e-6, elementwise_eta_memory=0.53, fused_elementwise=False,
     collective_latency_s=10e-6, link_eta=0.7, host_overhead_s=1e-3, gemm_tile_m=64,
     source="fit: Vidur A100 Llama-2-7B mlp.csv + calibration.json attention medians")
 # Fitted on Vidur's H100 Llama-2-7B mlp.csv; attention as the A100 fit (not in the data).
 H100_KERNELS = KernelParams(
-    gemm_tau_s=6e-6, gemm_eta_compute=0.80, gemm_eta_memory=1.0, roofline_k=1.25,
+    gemm_tau_s=6e-6, gemm_eta_compute=0.68, gemm_eta_memory=1.0, roofline_k=1.5,
+    gemm_extra_tiles=((128, 0.74), (256, 0.78)),
     attention_fixed_s=10.5e-6, attention_decode_eta_memory=0.89, attention_prefill_eta_compute=0.143,
     elementwise_tau_s=2.0e-6, elementwise_eta_memory=0.58, fused_elementwise=False,
     collective_latency_s=10e-6, link_eta=0.7, host_overhead_s=1e-3, gemm_tile_m=64,
