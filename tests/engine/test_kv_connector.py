@@ -226,3 +226,28 @@ def test_pins_expire_and_aborts_free_everything(engines):
     d.check_invariants()
     assert d.block_manager.num_free_blocks == d.block_manager.num_blocks
     assert p.block_manager.num_free_blocks == p.block_manager.num_blocks
+
+
+def test_continuations_waiting_for_kv_count_against_max_num_seqs(engines):
+    """max_num_seqs 2: two KV continuations admitted and loading fill it; a third waits (no load
+    started) until one of them finishes."""
+    p, d = engines(), engines(max_num_seqs=2)
+    params = SamplingParams(max_tokens=3, **GREEDY)
+    firsts = {}
+    for rid, prompt in zip("abc", prompts(3, 9)):
+        firsts[rid] = prefill(p, rid, prompt, 3)
+        d.add_request(rid, prompt, params, continuation=Continuation(
+            (firsts[rid].new_token_ids[0],), 0, KVSource("p:1", rid)))
+    d.step()
+    loads = d.take_kv_loads()
+    assert sorted(load.request_id for load in loads) == ["a", "b"] and d.requests["c"].status == SequenceStatus.WAITING
+    for load in loads:
+        assert d.finish_kv_load(load.request_id, p.read_pinned_kv(load.request_id, load.skip_blocks))
+    started = []
+    while d.has_unfinished_requests():
+        d.step()
+        started += d.take_kv_loads()
+        d.check_invariants()
+        if started:
+            break
+    assert [load.request_id for load in started] == ["c"]

@@ -184,7 +184,8 @@ class Scheduler:
 
     def _schedule_waiting(self, out: SchedulerOutput, budget: int) -> None:
         bm = self.block_manager
-        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+        # a continuation waiting for its KV will run: it counts against max_num_seqs already
+        while self.waiting and budget > 0 and len(self.running) + self.kv.num_loading < self.config.max_num_seqs:
             seq = self.waiting[0]
             if seq.kv_source is not None:
                 if not self._admit_for_kv(seq):
