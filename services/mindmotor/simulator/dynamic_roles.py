@@ -27,9 +27,9 @@ from mindmotor.common.roles import Role
 from mindmotor.controller.config import ControllerConfig
 from mindmotor.controller.pd_autoscaler import load_of, weighted_p90
 from mindmotor.controller.pd_ratio import SLO, Measurement, RatioPolicyConfig, RatioState, decide
+from mindmotor.worker.config import WorkerConfig
 from mindmotor.worker.latency_window import MAX_SAMPLES, WINDOW_S, LatencyWindow
 
-DRAIN_TIMEOUT_S = 30.0                    # worker/roles.py RoleSwitch's default
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class DynamicRolesConfig:
     interval_s: float = ControllerConfig().pd_interval_s
     window_s: float = WINDOW_S
     max_samples: int = MAX_SAMPLES
-    drain_timeout_s: float = DRAIN_TIMEOUT_S
+    drain_timeout_s: float = WorkerConfig.role_drain_timeout_s   # a worker's default
 
 
 @dataclass
