@@ -1,6 +1,13 @@
 """`HealthSweeper`: the leader's periodic pass over the registry — suspect and dead timeouts, and
 forgetting long-dead records (see `states` for the rules) — and, every few heartbeat intervals,
-the P/D ratio policy (`PDAutoscaler`, when `--pd-autoscale` is on)."""
+the P/D ratio policy (`PDAutoscaler`, when `--pd-autoscale` is on).
+
+Heartbeats are timed from the latest of an instance's last heartbeat, its registration, when this
+controller became leader, and when this controller last came back from a stall: a controller that
+did not run (frozen, swapped out, paused in a debugger) for longer than the suspect time has not
+read the heartbeats sent meanwhile — their lateness is its own, not the workers'. Without that, a
+controller resuming after a 5 s SIGSTOP declared every worker dead in its first sweep, before the
+heartbeats waiting in its sockets were read, and routing had no instance until they re-registered."""
 
 from __future__ import annotations
 
@@ -28,6 +35,7 @@ class HealthSweeper:
         self.elector = elector
         self.config = config
         self.on_transition = on_transition    # (instance_id, old state, new state)
+        self.resumed_at = 0.0                 # registry clock when this controller last resumed from a stall
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -39,8 +47,10 @@ class HealthSweeper:
             await asyncio.gather(self._task, return_exceptions=True)
 
     async def _run(self) -> None:
+        last_tick = self.registry.clock()
         while True:
             await asyncio.sleep(self.config.sweep_interval_s)
+            last_tick = self.note_stall(last_tick)
             if not self.elector.is_leader:
                 if self.pd:
                     self.pd.forget()
@@ -52,6 +62,21 @@ class HealthSweeper:
             except StoreUnavailable as exc:
                 log.warning("sweep failed: store unreachable", extra={"error": str(exc)})
 
+    def note_stall(self, last_tick: float) -> float:
+        """Record a stall of this controller (its loop did not run for longer than the suspect
+        time since `last_tick`); returns the time of this tick."""
+        now = self.registry.clock()
+        if now - last_tick > self.config.suspect_after_s:
+            self.resumed_at = now
+            log.warning("this controller did not run for a while; heartbeats are timed from now",
+                        extra={"stalled_s": round(now - last_tick, 3)})
+        return now
+
+    @property
+    def baseline(self) -> float:
+        """No instance's heartbeat is counted late from before this (see the module docstring)."""
+        return max(self.elector.leader_since, self.resumed_at)
+
     async def sweep(self) -> None:
         cfg = self.config
         for record in await self.registry.list():
@@ -61,11 +86,11 @@ class HealthSweeper:
                                            lambda r: DELETE if states.should_forget(r, now, cfg.forget_after_s) else None)
                 continue
             probe = record.copy()
-            if not states.on_sweep(probe, now, self.elector.leader_since, cfg.suspect_after_s, cfg.dead_after_s):
+            if not states.on_sweep(probe, now, self.baseline, cfg.suspect_after_s, cfg.dead_after_s):
                 continue                       # nothing to write: skip the compare-and-set
             result = await self.registry.update(
                 record.instance_id,
-                lambda r: states.on_sweep(r, now, self.elector.leader_since, cfg.suspect_after_s, cfg.dead_after_s))
+                lambda r: states.on_sweep(r, now, self.baseline, cfg.suspect_after_s, cfg.dead_after_s))
             if result and result[1] and result[0].state != result[1].state:
                 before, after = result
                 log.info("instance state changed", extra={
