@@ -12,6 +12,7 @@ import pytest
 
 from mindmotor.engine.config import EngineConfig
 from mindmotor.engine.continuation import Continuation, KVSource
+from mindmotor.engine.kv_connector import KVBlocks
 from mindmotor.engine.llm_engine import LLMEngine, RequestError
 from mindmotor.engine.sampling_params import SamplingParams
 from mindmotor.engine.sequence import SequenceStatus
@@ -145,10 +146,14 @@ def test_a_load_that_does_not_fit_its_blocks_changes_nothing(engines):
     prompt = prompts(1, 13)[0]
     first = prefill(p, "r", prompt, 6)
     load = continue_with_kv(d, "r", prompt, first, SamplingParams(max_tokens=6, **GREEDY))
-    kv = p.read_pinned_kv("r", load.skip_blocks)
-    kv.k, kv.v = kv.k[:, :-1], kv.v[:, :-1]                        # one block short
-    with pytest.raises(ValueError, match="KV blocks"):
-        d.finish_kv_load("r", kv)
+    good = p.read_pinned_kv("r", load.skip_blocks)
+    wrong = [KVBlocks(good.first_block, good.k[:, :-1], good.v[:, :-1]),          # one block short
+             KVBlocks(good.first_block, good.k[:1], good.v[:1]),                  # one layer only
+             KVBlocks(good.first_block, good.k.astype(np.float16), good.v.astype(np.float16)),
+             KVBlocks(good.first_block + 1, good.k, good.v)]                      # from another block
+    for kv in wrong:
+        with pytest.raises(ValueError, match="KV blocks"):
+            d.finish_kv_load("r", kv)
     assert d.stats().num_receiving == 1                             # still waiting: the caller falls back
     assert d.finish_kv_load("r", None) and len(run(d)["r"]) == 5
 

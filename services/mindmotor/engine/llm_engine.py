@@ -424,11 +424,13 @@ class LLMEngine:
             return False
         if kv is not None:
             blocks = self.scheduler.kv.prompt_blocks(seq)
-            expected = len(blocks) - kv.first_block
-            if kv.first_block != seq.num_computed_tokens // self.config.block_size or kv.num_blocks != expected:
-                raise ValueError(f"expected {expected} KV blocks from block "
-                                 f"{seq.num_computed_tokens // self.config.block_size}, got {kv.num_blocks} "
-                                 f"from block {kv.first_block}")
+            first = seq.num_computed_tokens // self.config.block_size
+            c = self.kv_cache
+            shape = (c.num_layers, len(blocks) - first, c.block_size, c.num_kv_heads, c.head_dim)
+            if kv.first_block != first or kv.k.shape != shape or kv.v.shape != shape or kv.k.dtype != c.dtype \
+                    or kv.v.dtype != c.dtype:
+                raise ValueError(f"expected KV blocks {shape} {c.dtype} from block {first}, got "
+                                 f"{kv.k.shape} {kv.k.dtype} from block {kv.first_block}")
             if kv.num_blocks:
                 self.kv_cache.write_blocks(blocks[kv.first_block:], kv.k, kv.v)
         self.scheduler.finish_kv_load(request_id, loaded=kv is not None)
