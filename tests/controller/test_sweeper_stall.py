@@ -27,13 +27,14 @@ def test_a_stalled_controller_does_not_declare_workers_dead_for_its_own_stall():
         await registry.heartbeat(controller_pb2.HeartbeatRequest(instance_id="w", state="serving"), None)
         assert (await registry.get("w")).state == states.READY
 
-        tick = sweeper.note_stall(now[0])
+        wake_at = now[0] + config.sweep_interval_s
         now[0] += config.dead_after_s + 3            # the controller was frozen this long
-        sweeper.note_stall(tick)
+        sweeper.note_stall(wake_at)
         await sweeper.sweep()
         assert (await registry.get("w")).state == states.READY     # its heartbeats were not read
 
         now[0] += config.dead_after_s + 0.5          # the worker stays silent after the resume
+        sweeper.note_stall(now[0] - 0.01)            # the sweeper woke on time: no stall
         await sweeper.sweep()
         assert (await registry.get("w")).state == states.DEAD
 

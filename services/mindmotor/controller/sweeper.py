@@ -47,10 +47,10 @@ class HealthSweeper:
             await asyncio.gather(self._task, return_exceptions=True)
 
     async def _run(self) -> None:
-        last_tick = self.registry.clock()
         while True:
+            wake_at = self.registry.clock() + self.config.sweep_interval_s
             await asyncio.sleep(self.config.sweep_interval_s)
-            last_tick = self.note_stall(last_tick)
+            self.note_stall(wake_at)
             if not self.elector.is_leader:
                 if self.pd:
                     self.pd.forget()
@@ -62,15 +62,15 @@ class HealthSweeper:
             except StoreUnavailable as exc:
                 log.warning("sweep failed: store unreachable", extra={"error": str(exc)})
 
-    def note_stall(self, last_tick: float) -> float:
-        """Record a stall of this controller (its loop did not run for longer than the suspect
-        time since `last_tick`); returns the time of this tick."""
+    def note_stall(self, wake_at: float) -> None:
+        """Record a stall of this controller: its event loop woke the sweeper later than `wake_at`
+        by more than the suspect time (the process did not run; a sweep merely waiting for the
+        store does not count — the loop reads heartbeats meanwhile)."""
         now = self.registry.clock()
-        if now - last_tick > self.config.suspect_after_s:
+        if now - wake_at > self.config.suspect_after_s:
             self.resumed_at = now
             log.warning("this controller did not run for a while; heartbeats are timed from now",
-                        extra={"stalled_s": round(now - last_tick, 3)})
-        return now
+                        extra={"stalled_s": round(now - wake_at, 3)})
 
     @property
     def baseline(self) -> float:
