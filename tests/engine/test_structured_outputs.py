@@ -78,12 +78,18 @@ def test_regex_choice_grammar_and_json_object(llm, constraint, check):
         assert out.finish_reason == "stop" and check(out.text), out.text
 
 
-def test_bad_constraints_are_refused_naming_the_field():
-    for bad in (Constraint("regex", "[a-"), Constraint("json", "{not json"), Constraint("choice", "[]"),
-                Constraint("grammar", "root ::= ("), Constraint("xml", "")):
+def test_bad_constraints_are_refused_naming_the_field(llm):
+    """Cheap faults when the params are made; a spec that does not compile when the engine takes
+    the request (it compiles only there, on its large-stack thread, or in a helper process)."""
+    for bad in (Constraint("json", "{not json"), Constraint("choice", "[]"), Constraint("xml", "")):
         with pytest.raises(ValueError) as info:
             SamplingParams(structured=bad)
         assert info.value.param == "structured_outputs"
+    for bad in (Constraint("regex", "[a-", "guided_regex"), Constraint("grammar", "root ::= (", "guided_grammar")):
+        with pytest.raises(RequestError, match="constraint is not valid") as info:
+            llm.generate(["x"], SamplingParams(structured=bad))
+        assert info.value.param == bad.param
+    assert llm.generate(["x"], SamplingParams(max_tokens=3))[0].token_ids      # the engine goes on
 
 
 def test_preemption_and_resumption_keep_the_output(tiny_ckpt, llm):

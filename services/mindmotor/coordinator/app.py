@@ -30,6 +30,9 @@ from .routes import api_router
 from .policies import make_policy
 from .state import Coordinator
 from .static_source import StaticWorkerSource
+from .loop_lag import LoopLagMonitor
+from mindmotor.sandbox.pool import HelperMetrics, HelperPool
+from mindmotor.sandbox.spec_check import SpecChecker
 
 log = logging.getLogger("mindmotor.coordinator")
 
@@ -58,7 +61,9 @@ def build_coordinator(settings: CoordinatorSettings) -> Coordinator:
         admission=Admission(settings.max_requests, settings.retry_after_s, metrics), metrics=metrics,
         keys=APIKeys(settings.api_keys, settings.api_key_file,
                      on_reload=lambda outcome: metrics.api_key_reloads.labels(outcome).inc()),
-        limiter=make_rate_limiter(settings, metrics))
+        limiter=make_rate_limiter(settings, metrics),
+        specs=SpecChecker(HelperPool("specs", settings.spec_helpers, settings.spec_timeout_s, settings.spec_wait_s,
+                                     HelperMetrics(metrics.registry))))
 
 
 def make_source(settings: CoordinatorSettings, c: Coordinator):
@@ -76,9 +81,12 @@ def create_app(settings: CoordinatorSettings, coordinator: Coordinator | None = 
     c = coordinator or build_coordinator(settings)
     source = make_source(settings, c)
     discovery = ModelDiscovery(c.table, c.catalog, c.channels, c.metrics, settings)
+    lag = LoopLagMonitor(c.metrics.loop_lag, settings.loop_lag_interval_s)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        lag.start()
+        await c.specs.pool.start()
         await asyncio.to_thread(c.catalog.load_local)
         await source.start()
         await discovery.start()
@@ -93,6 +101,8 @@ def create_app(settings: CoordinatorSettings, coordinator: Coordinator | None = 
             await source.stop()
             await discovery.stop()
             await c.channels.close()
+            await c.specs.pool.close()
+            await lag.stop()
             if c.limiter is not None:
                 await c.limiter.close()
 

@@ -26,8 +26,9 @@ async def create_chat_completion(c: Coordinator, body: ChatCompletionRequest, re
         raise BadRequest("top_logprobs requires logprobs to be true", param="top_logprobs")
     if body.prompt_logprobs is not None and body.stream:
         raise BadRequest("prompt_logprobs are not available when stream is true", param="prompt_logprobs")
-    tools = tool_plan(body)
-    prompt = chat_prompt(body.messages, model.tokenizer, body.add_generation_prompt, tools.tools)
+    tools = tool_plan(body, c.settings.max_tools)
+    prompt = await chat_prompt(body.messages, model.tokenizer, body.add_generation_prompt, tools.tools,
+                               c.settings.max_prompt_chars)
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     sampling = sampling_from_request(body, body.max_new_tokens, logprobs, body.prompt_logprobs)
     forced = tools.constraint()

@@ -49,6 +49,10 @@ class CoordinatorMetrics:
         self.http_refused = Counter(p + "http_refused_total", "connections cut off: header_timeout, "
                                     "body_timeout (408) or too_many_connections (503)", ["reason"], registry=r)
         self.instances = Gauge(p + "routable_instances", "routable instances per model", ["model"], registry=r)
+        self.loop_lag = Histogram(p + "event_loop_lag_seconds", "how late the event loop ran a timer (a loop "
+                                  "busy with one request's work delays every other request by this much)",
+                                  buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+                                  registry=r)
         self.model_discovery = Counter(p + "model_discovery_total", "ModelInfo outcomes of model discovery: "
                                        "discovered, matched, version_tokenizer, conflict, local_differs, failed, "
                                        "forgotten",

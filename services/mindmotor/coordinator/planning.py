@@ -1,7 +1,8 @@
 """From a validated request to running generations: the choices limit (400 when prompts × n
-could never be admitted) and the context check per prompt (400), an instance must exist (503),
-admission (429: full for now), then one `Generation` per choice — choice j of a prompt gets
-seed + j when a seed is given."""
+could never be admitted) and the context check per prompt (400), the structured-output spec
+checked by a helper process (400 when it is bad, too large or crashes the compiler; 429 when no
+helper is free), an instance must exist (503), admission (429: full for now), then one
+`Generation` per choice — choice j of a prompt gets seed + j when a seed is given."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ from .respond import OutputFormat, respond
 from .router import NoInstanceAvailable
 from .sampling import SamplingOptions
 from .state import Coordinator
+from .errors import TooManyRequests
+from mindmotor.sandbox.spec_check import SpecsBusy
 
 
 async def generate(c: Coordinator, request: Request, request_id: str, model: ServedModel, prompts: list[Prompt],
@@ -33,6 +36,7 @@ async def generate(c: Coordinator, request: Request, request_id: str, model: Ser
         raise bad_request(exc) from None
     max_new = [resolve_max_tokens(len(p.token_ids), sampling.max_tokens, model.max_model_len, sampling.min_tokens)
                for p in prompts]
+    await check_structured(c, sampling)
     if not c.table.has_routable(model.name):
         raise NoInstanceAvailable(model.name)
     ticket = c.admission.admit(model.name, choices)
@@ -50,3 +54,15 @@ async def generate(c: Coordinator, request: Request, request_id: str, model: Ser
             prompt_indices.append(p_index)
     return await respond(request, ChoiceSet(generations), prompt_indices, fmt, stream, include_usage, ticket,
                          c.metrics, model.name)
+
+
+async def check_structured(c: Coordinator, sampling: SamplingOptions) -> None:
+    """The request's structured-output spec, checked by a helper process (its field in the 400)."""
+    try:
+        await c.specs.check(sampling.structured)
+    except InvalidRequest as exc:
+        raise bad_request(exc) from None
+    except SpecsBusy as exc:
+        c.metrics.rejected.labels("structured_outputs_busy").inc()
+        raise TooManyRequests(f"the structured-output compilers are busy ({exc}); retry later",
+                              retry_after_s=c.settings.retry_after_s, code="structured_outputs_busy") from None

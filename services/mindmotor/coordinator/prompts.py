@@ -1,9 +1,15 @@
 """Prompts to token ids — the completions API's four prompt shapes, chat messages through the
 model's chat template — and the context-length check: the engine's rules (`request_rules`),
-applied before any worker is asked."""
+applied before any worker is asked.
+
+Nothing here runs long on the event loop: text beyond `INLINE_CHARS` is tokenized on a worker
+thread by the tokenizers library's batch call (which releases the GIL), and a chat template over
+more than `INLINE_CHARS` of messages is rendered on a worker thread; the rendered prompt is
+limited to `max_prompt_chars` (400 naming the limit)."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -13,6 +19,8 @@ from mindmotor.engine.request_rules import resolve_max_tokens as _resolve_max_to
 
 from .errors import BadRequest
 from .schemas import ChatMessage
+
+INLINE_CHARS = 8192      # below this, a thread hop costs more than the work
 
 
 @dataclass(frozen=True)
@@ -26,21 +34,30 @@ def bad_request(exc: InvalidRequest) -> BadRequest:
     return BadRequest(exc.message, param=exc.param, code=exc.code)
 
 
-def encode_text(tokenizer: Tokenizer, text: str, param: str) -> list[int]:
-    """`text` tokenized; a 400 naming `param` for text no tokenizer takes (lone surrogates)."""
+async def encode_texts(tokenizer: Tokenizer, texts: list[str], param: str) -> list[list[int]]:
+    """Each text tokenized; a 400 naming `param` for text no tokenizer takes (lone surrogates).
+    Large inputs off the event loop."""
     try:
-        return tokenizer.encode(check_text(text, param))
+        for text in texts:
+            check_text(text, param)
     except InvalidRequest as exc:
         raise bad_request(exc) from None
+    if sum(len(t) for t in texts) <= INLINE_CHARS:
+        return [tokenizer.encode(t) for t in texts]
+    return await asyncio.to_thread(tokenizer.encode_many, texts)
 
 
-def completion_prompts(prompt, tokenizer: Tokenizer) -> list[Prompt]:
+async def encode_text(tokenizer: Tokenizer, text: str, param: str) -> list[int]:
+    return (await encode_texts(tokenizer, [text], param))[0]
+
+
+async def completion_prompts(prompt, tokenizer: Tokenizer) -> list[Prompt]:
     if isinstance(prompt, str):
-        prompts = [Prompt(encode_text(tokenizer, prompt, "prompt"), prompt)]
+        prompt = [prompt]
     elif not prompt:
         raise BadRequest("the prompt is empty", param="prompt", code="invalid_value")
-    elif isinstance(prompt[0], str):
-        prompts = [Prompt(encode_text(tokenizer, p, "prompt"), p) for p in prompt]
+    if isinstance(prompt[0], str):
+        prompts = [Prompt(ids, p) for ids, p in zip(await encode_texts(tokenizer, list(prompt), "prompt"), prompt)]
     elif isinstance(prompt[0], int):
         prompts = [Prompt(list(prompt))]
     else:
@@ -55,28 +72,38 @@ def completion_prompts(prompt, tokenizer: Tokenizer) -> list[Prompt]:
     return prompts
 
 
-def chat_text(messages: Sequence[ChatMessage], tokenizer: Tokenizer, add_generation_prompt: bool = True,
-              tools: list[dict] | None = None) -> str:
+async def chat_text(messages: Sequence[ChatMessage], tokenizer: Tokenizer, add_generation_prompt: bool = True,
+                    tools: list[dict] | None = None, max_chars: int | None = None) -> str:
+    size = 0
     for i, m in enumerate(messages):
         try:
             check_text(m.text(), f"messages.{i}.content")
             check_text(m.name or "", f"messages.{i}.name")
         except InvalidRequest as exc:
             raise bad_request(exc) from None
+        size += len(m.text())
+    dicts = [m.template_dict() for m in messages]
+
+    def render() -> str:
+        return tokenizer.apply_chat_template(dicts, add_generation_prompt=add_generation_prompt, tools=tools)
+
     try:
-        return tokenizer.apply_chat_template([m.template_dict() for m in messages],
-                                             add_generation_prompt=add_generation_prompt, tools=tools)
+        text = render() if size <= INLINE_CHARS and not tools else await asyncio.to_thread(render)
     except TokenizerError as exc:
         raise BadRequest(str(exc), param="messages") from exc
     except Exception as exc:  # a template error (jinja2): the messages do not fit the template
         raise BadRequest(f"the messages cannot be formatted with the model's chat template: {exc}",
                          param="messages") from exc
+    if max_chars is not None and len(text) > max_chars:
+        raise BadRequest(f"the chat template made a prompt of {len(text)} characters; the limit is {max_chars}",
+                         param="messages", code="prompt_too_long")
+    return text
 
 
-def chat_prompt(messages: Sequence[ChatMessage], tokenizer: Tokenizer, add_generation_prompt: bool = True,
-                tools: list[dict] | None = None) -> Prompt:
-    text = chat_text(messages, tokenizer, add_generation_prompt, tools)
-    ids = encode_text(tokenizer, text, "messages")
+async def chat_prompt(messages: Sequence[ChatMessage], tokenizer: Tokenizer, add_generation_prompt: bool = True,
+                      tools: list[dict] | None = None, max_chars: int | None = None) -> Prompt:
+    text = await chat_text(messages, tokenizer, add_generation_prompt, tools, max_chars)
+    ids = await encode_text(tokenizer, text, "messages")
     if not ids:
         raise BadRequest("the messages make an empty prompt", param="messages")
     return Prompt(ids, text)

@@ -7,10 +7,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from mindmotor.engine.grammar import Constraint
 from mindmotor.engine.request_rules import InvalidRequest, check_logit_bias
 from mindmotor.engine.sampling_params import SamplingParams
 from mindmotor.protocol import worker_pb2 as pb
+from mindmotor.structured.constraint import Constraint
 
 from .errors import BadRequest
 from .structured import constraint_from_request

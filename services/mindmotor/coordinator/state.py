@@ -17,6 +17,7 @@ from .metrics import CoordinatorMetrics
 from .models import ModelCatalog
 from .rate_limit import RateLimiter
 from .router import Router
+from mindmotor.sandbox.spec_check import SpecChecker
 
 
 @dataclass
@@ -30,6 +31,7 @@ class Coordinator:
     metrics: CoordinatorMetrics
     keys: APIKeys
     limiter: RateLimiter | None
+    specs: SpecChecker                  # structured-output specs, checked by helper processes
     started: bool = False          # the first look at the instances is done
 
 

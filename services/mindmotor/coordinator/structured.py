@@ -1,14 +1,15 @@
 """A request's structured output, from whichever field asks for it — OpenAI's `response_format`
 (`json_object`, `json_schema`), vLLM's `guided_json` / `guided_regex` / `guided_choice` /
-`guided_grammar` or its newer `structured_outputs` object — as one `Constraint`, compiled here so
-that a bad schema, regex or grammar is a 400 naming its field before any worker sees it."""
+`guided_grammar` or its newer `structured_outputs` object — as one `Constraint` that names its
+field. Compiling it is not done here, on the event loop: `planning.generate` has a helper process
+check it (`mindmotor.sandbox.SpecChecker`), so that a bad, huge or crashing spec is a 400 naming
+its field before any worker sees it."""
 
 from __future__ import annotations
 
 import json
 
-from mindmotor.engine.grammar import Constraint, grammar_text
-from mindmotor.engine.request_rules import InvalidRequest
+from mindmotor.structured.constraint import Constraint
 
 from .errors import BadRequest
 
@@ -80,8 +81,4 @@ def constraint_from_request(body) -> Constraint | None:
         names = ", ".join(p for p, _, _ in asked)
         raise BadRequest(f"at most one structured output may be asked for, got {names}", param=asked[1][0])
     param, kind, spec = asked[0]
-    try:
-        grammar_text(kind, spec, param=param)
-    except InvalidRequest as exc:
-        raise BadRequest(exc.message, param=param, code=exc.code) from None
-    return Constraint(kind, spec)
+    return Constraint(kind, spec, param)

@@ -10,7 +10,7 @@ import json
 import secrets
 from dataclasses import dataclass, field
 
-from mindmotor.engine.grammar import Constraint
+from mindmotor.structured.constraint import Constraint
 
 from .errors import BadRequest
 from .tool_stream import ToolCallStream, parse_all
@@ -58,7 +58,7 @@ class ToolPlan:
     def constraint(self) -> Constraint | None:
         """The grammar that forces the call (named, required); None for auto and none."""
         if self.mode == "named":
-            return Constraint("json", json.dumps(self._params(self.name)))
+            return Constraint("json", json.dumps(self._params(self.name)), "tools")
         if self.mode == "required":
             calls = [{"type": "object", "properties": {"name": {"const": t["function"]["name"]},
                                                         "parameters": self._params(t["function"]["name"])},
@@ -66,7 +66,7 @@ class ToolPlan:
             schema = {"type": "array", "minItems": 1, "items": {"anyOf": calls}}
             if not self.parallel:
                 schema["maxItems"] = 1
-            return Constraint("json", json.dumps(schema))
+            return Constraint("json", json.dumps(schema), "tools")
         return None
 
     def parse(self, text: str) -> tuple[str | None, list[ToolCall]]:
@@ -86,7 +86,10 @@ class ToolPlan:
         return text, []
 
 
-def _check_tools(tools) -> list[dict]:
+def _check_tools(tools, max_tools: int) -> list[dict]:
+    if tools and len(tools) > max_tools:
+        raise BadRequest(f"{len(tools)} tools are given; the limit is {max_tools}", param="tools",
+                         code="too_many_tools")
     out = []
     for i, tool in enumerate(tools or []):
         fn = tool.get("function") if isinstance(tool, dict) else None
@@ -102,9 +105,10 @@ def _check_tools(tools) -> list[dict]:
     return out
 
 
-def tool_plan(body) -> ToolPlan:
-    """The request's ToolPlan; BadRequest naming the field for an inconsistent one."""
-    tools = _check_tools(body.tools)
+def tool_plan(body, max_tools: int = 128) -> ToolPlan:
+    """The request's ToolPlan; BadRequest naming the field for an inconsistent one (or more than
+    `max_tools` functions)."""
+    tools = _check_tools(body.tools, max_tools)
     choice = body.tool_choice
     parallel = body.parallel_tool_calls is not False
     if choice is None:

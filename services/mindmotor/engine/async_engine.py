@@ -18,6 +18,7 @@ every `KVLoad` the scheduler starts, on the event loop of the request it is for.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import threading
 import time
@@ -29,6 +30,7 @@ from .config import EngineConfig
 from .continuation import Continuation
 from .kv_connector import KVBlocks, KVLoad
 from .llm_engine import EngineInfo, LLMEngine, RequestError, ValidatedRequest
+from .request_rules import InvalidRequest
 from .output import RequestOutput
 from .sampling_params import SamplingParams
 
@@ -126,9 +128,25 @@ class AsyncLLMEngine:
         """`generate` for a request already checked by `validate`."""
         pending = self._open(request_id, request, priority)
         pending.prefill_only = prefill_only
+        if request.params.structured is not None and request.matcher is None:
+            return self._stream(pending, compile_first=True)
+        self._take(pending)
+        return self._stream(pending)
+
+    def _take(self, pending: _Pending) -> None:
         self._new.append(pending)
         self._wake.set()
-        return self._stream(pending)
+
+    async def _compile(self, pending: _Pending) -> None:
+        """Build the request's grammar matcher on a large-stack thread (neither this event loop
+        nor the engine thread waits for a large grammar), then hand the request to the engine."""
+        try:
+            matcher = await asyncio.wrap_future(self.engine.start_matcher(pending.validated))
+        except InvalidRequest as exc:
+            self._streams.pop(pending.request_id, None)
+            raise RequestError(exc.message, param=exc.param, code=exc.code) from None
+        pending.validated = dataclasses.replace(pending.validated, matcher=matcher)
+        self._take(pending)
 
     # ---- the KV connector, for the worker's side of it ------------------------------------------
     def connect_kv(self, loader: Callable[[KVLoad], None]) -> None:
@@ -172,9 +190,11 @@ class AsyncLLMEngine:
         self._streams[request_id] = pending
         return pending
 
-    async def _stream(self, pending: _Pending) -> AsyncIterator[RequestOutput]:
+    async def _stream(self, pending: _Pending, compile_first: bool = False) -> AsyncIterator[RequestOutput]:
         finished = False
         try:
+            if compile_first:
+                await self._compile(pending)
             while not finished:
                 out = await pending.queue.get()
                 if isinstance(out, (RequestError, RequestFailed)):

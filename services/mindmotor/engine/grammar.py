@@ -8,7 +8,6 @@ the decode side of a P/D split) rebuilds it by consuming the output produced els
 
 from __future__ import annotations
 
-import json
 import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -16,54 +15,26 @@ from functools import lru_cache
 
 import llguidance
 import numpy as np
-from llguidance.gbnf_to_lark import any_to_lark
+
+from mindmotor.structured.compile import ENGINE_STACK_BYTES, compile_grammar
+from mindmotor.structured.constraint import KINDS, Constraint  # noqa: F401 - re-exported
+from mindmotor.structured.stack_thread import run_on_stack, start_on_stack
 
 from .request_rules import InvalidRequest
 
-KINDS = ("json", "json_object", "regex", "choice", "grammar")
-MAX_SPEC_CHARS = 256 * 1024
 
-
-@dataclass(frozen=True)
-class Constraint:
-    kind: str          # one of KINDS
-    spec: str = ""     # json: the schema (JSON text); regex; choice: a JSON list of strings; grammar: EBNF/Lark
-
-
-def grammar_text(kind: str, spec: str, param: str = "structured_outputs") -> str:
-    """The llguidance grammar of a constraint; InvalidRequest (naming `param`) when it is not valid."""
-    if kind not in KINDS:
-        raise InvalidRequest(f"unknown structured output kind {kind!r}; expected one of {', '.join(KINDS)}",
-                             param=param)
-    if len(spec) > MAX_SPEC_CHARS:
-        raise InvalidRequest(f"the {kind} constraint has {len(spec)} characters; at most {MAX_SPEC_CHARS}",
-                             param=param)
-    return _compile(kind, spec, param)
+def grammar_text(constraint: Constraint) -> str:
+    """The llguidance grammar of a constraint, compiled on a thread of `ENGINE_STACK_BYTES`
+    (cached); InvalidRequest naming its field when it is not valid. In a serving process, call
+    it only for specs a helper process has accepted (`mindmotor.sandbox`): the larger stack here
+    then makes a crash impossible for them."""
+    return run_on_stack(lambda: _compiled(constraint.kind, constraint.spec, constraint.param), ENGINE_STACK_BYTES,
+                        "grammar-compile")
 
 
 @lru_cache(maxsize=256)
-def _compile(kind: str, spec: str, param: str) -> str:
-    try:
-        if kind == "json_object":
-            grammar = llguidance.LLMatcher.grammar_from_json_schema('{"type": "object"}',
-                                                                    defaults={"whitespace_flexible": False})
-        elif kind == "json":
-            grammar = llguidance.LLMatcher.grammar_from_json_schema(spec, defaults={"whitespace_flexible": False})
-        elif kind == "regex":
-            grammar = llguidance.LLMatcher.grammar_from_regex(spec)
-        elif kind == "choice":
-            choices = json.loads(spec)
-            if not isinstance(choices, list) or not choices or not all(isinstance(c, str) and c for c in choices):
-                raise ValueError("choice must be a non-empty list of non-empty strings")
-            grammar = llguidance.LLMatcher.grammar_from_lark("start: " + " | ".join(json.dumps(c) for c in choices))
-        else:
-            grammar = llguidance.LLMatcher.grammar_from_lark(any_to_lark(spec))
-    except Exception as exc:  # noqa: BLE001 - every compile failure is the request's
-        raise InvalidRequest(f"the {kind} constraint is not valid: {exc}", param=param) from None
-    error = llguidance.LLMatcher.validate_grammar(grammar, None)
-    if error:
-        raise InvalidRequest(f"the {kind} constraint is not valid: {error.strip()}", param=param)
-    return grammar
+def _compiled(kind: str, spec: str, param: str) -> str:
+    return compile_grammar(Constraint(kind, spec, param))
 
 
 def _bit_table() -> np.ndarray:
@@ -103,11 +74,20 @@ class GrammarEngine:
         self._pending: _Prefetch | None = None
 
     def matcher(self, constraint: Constraint) -> llguidance.LLMatcher:
-        m = llguidance.LLMatcher(self.tokenizer, grammar_text(constraint.kind, constraint.spec), log_level=0)
-        if m.is_error():
-            raise InvalidRequest(f"the {constraint.kind} constraint is not valid: {m.get_error()}",
-                                 param="structured_outputs")
-        return m
+        """A new matcher of `constraint` (compiled on the large-stack thread, waited for)."""
+        return self.start_matcher(constraint).result()
+
+    def start_matcher(self, constraint: Constraint) -> "Future[llguidance.LLMatcher]":
+        """`matcher`, started on its own large-stack thread: await it with `asyncio.wrap_future`
+        to keep an event loop (or the engine thread) free while a large grammar compiles."""
+        def build() -> llguidance.LLMatcher:
+            grammar = _compiled(constraint.kind, constraint.spec, constraint.param)
+            m = llguidance.LLMatcher(self.tokenizer, grammar, log_level=0)
+            if m.is_error():
+                raise InvalidRequest(f"the {constraint.kind} constraint is not valid: {m.get_error()}",
+                                     param=constraint.param)
+            return m
+        return start_on_stack(build, ENGINE_STACK_BYTES, "grammar-compile")
 
     def prefetch(self, matchers: list) -> None:
         """Start computing the next-token masks of `matchers` in the background. Call it after

@@ -7,6 +7,7 @@ realtime mode `step()` does not return before the card would have finished it.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -63,6 +64,7 @@ class ValidatedRequest:
     prompt_token_ids: list[int]
     params: SamplingParams
     continuation: Continuation | None = None
+    matcher: object | None = None     # the structured output's matcher, built off the engine thread
 
 
 @dataclass(frozen=True)
@@ -166,6 +168,7 @@ class LLMEngine:
         self.consecutive_step_failures = 0
         self._step_outputs: list[RequestOutput] = []
         self._grammar: GrammarEngine | None = None
+        self._grammar_lock = threading.Lock()      # made by the first caller: engine thread or event loop
         log.info("engine ready", extra={"model": str(self.model_dir), "device": config.device,
                                         "profile": profile.name, "num_blocks": num_blocks,
                                         "host_blocks": host_blocks, "kv_host_budget_bytes": self.kv_host_budget_bytes,
@@ -197,10 +200,11 @@ class LLMEngine:
     @property
     def grammar(self) -> GrammarEngine:
         """The structured-output engine over this tokenizer, made at the first constrained request."""
-        if self._grammar is None:
-            self._grammar = GrammarEngine(self.tokenizer.hf.to_str(), self.model.config.vocab_size,
-                                          self.tokenizer.eos_token_ids)
-            self.sampler.grammar = self._grammar
+        with self._grammar_lock:
+            if self._grammar is None:
+                self._grammar = GrammarEngine(self.tokenizer.hf.to_str(), self.model.config.vocab_size,
+                                              self.tokenizer.eos_token_ids)
+                self.sampler.grammar = self._grammar
         return self._grammar
 
     # ---- requests ---------------------------------------------------------------------------
@@ -224,6 +228,12 @@ class LLMEngine:
         except InvalidRequest as exc:           # the shared rules' error, as the engine's
             raise RequestError(exc.message, param=exc.param, code=exc.code) from None
         return ValidatedRequest(ids, params, continuation)
+
+    def start_matcher(self, request: ValidatedRequest):
+        """A future of the request's structured-output matcher, compiled on its own large-stack
+        thread (safe from any thread): the async engine builds it before the request reaches
+        the engine thread, which then never compiles a grammar."""
+        return self.grammar.start_matcher(request.params.structured)
 
     def _resolve_token_rules(self, params: SamplingParams) -> SamplingParams:
         """The params with their token ids checked against this vocabulary (logit_bias,
@@ -340,9 +350,9 @@ class LLMEngine:
             self.outputs.add(seq)
             if params.structured is not None:
                 try:
-                    seq.matcher = self.grammar.matcher(params.structured)
+                    seq.matcher = request.matcher or self.grammar.matcher(params.structured)
                 except InvalidRequest as exc:
-                    raise RequestError(exc.message, param=exc.param) from None
+                    raise RequestError(exc.message, param=exc.param, code=exc.code) from None
             if request.continuation is not None:
                 self._continue(seq, request.continuation)
         return seq

@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .grammar import Constraint, grammar_text
+from mindmotor.structured.constraint import Constraint, check_limits
+
 from .request_rules import (INT32_MAX, INT64_MAX, UINT32_MAX, InvalidRequest, check_bad_words, check_logit_bias,
                             check_texts, check_token_ids)
 
@@ -53,7 +54,7 @@ class SamplingParams:
                 raise InvalidRequest("allowed_token_ids must not be empty", param="allowed_token_ids")
         self.bad_words = check_bad_words(self.bad_words)
         if self.structured is not None:
-            grammar_text(self.structured.kind, self.structured.spec)    # compiled (and cached) or refused
+            check_limits(self.structured)       # cheap; compiling is the helper's and the engine's (grammar.py)
         self._validate()
 
     @property

@@ -86,6 +86,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     eng.add_argument("--no-prefix-caching", action="store_true", help="disable prefix caching")
     eng.add_argument("--no-chunked-prefill", action="store_true", help="disable chunked prefill")
     eng.add_argument("--seed", type=int, default=0, help="for requests without a seed (default: 0)")
+    eng.add_argument("--spec-helpers", type=int, default=1,
+                     help="helper processes that compile structured-output specs before the engine does, "
+                          "so that a spec that crashes the compiler costs a helper, not the worker (default: 1)")
+    eng.add_argument("--spec-timeout", type=float, default=5.0,
+                     help="seconds one spec may take to compile in a helper; longer is INVALID_ARGUMENT "
+                          "(default: %(default)s)")
 
 
 def _size(text: str) -> int:
@@ -119,6 +125,7 @@ def config_from_args(args: argparse.Namespace):
                         version=args.version, weight=args.weight,
                         role=args.role, kv_pull_timeout_s=args.kv_pull_timeout,
                         max_concurrent_requests=args.max_concurrent_requests,
+                        spec_helpers=args.spec_helpers, spec_timeout_s=args.spec_timeout,
                         **({"node": args.node} if args.node else {}))
 
 

@@ -36,6 +36,8 @@ class WorkerConfig:
     deployment: str = ""              # for canary / A-B traffic splits
     version: str = ""
     weight: int = 1
+    spec_helpers: int = 1             # helper processes that check structured-output specs (mindmotor.sandbox)
+    spec_timeout_s: float = 5.0       # one spec's compile in a helper; longer: INVALID_ARGUMENT
 
     def __post_init__(self):
         if not 0 <= self.port <= 65535 or not 0 <= self.metrics_port <= 65535:
@@ -46,6 +48,9 @@ class WorkerConfig:
             raise ValueError(f"the KV pull timeout must be positive, got {self.kv_pull_timeout_s}")
         if self.max_concurrent_requests < 1:
             raise ValueError(f"max_concurrent_requests must be at least 1, got {self.max_concurrent_requests}")
+        if self.spec_helpers < 1 or self.spec_timeout_s <= 0:
+            raise ValueError(f"spec_helpers must be at least 1 and spec_timeout_s positive, got "
+                             f"{self.spec_helpers} and {self.spec_timeout_s}")
         if self.drain_timeout_s < 0:
             raise ValueError(f"drain timeout must be at least 0, got {self.drain_timeout_s}")
 

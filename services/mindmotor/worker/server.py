@@ -26,6 +26,8 @@ from .admission import Admission, server_options
 from .config import WorkerConfig, ready_line
 from .metrics import WorkerMetrics
 from .registration import start_agent
+from mindmotor.sandbox.pool import HelperMetrics, HelperPool
+from mindmotor.sandbox.spec_check import SpecChecker
 from .service import WorkerService
 
 log = logging.getLogger("mindmotor.worker")
@@ -39,9 +41,12 @@ async def serve(config: WorkerConfig) -> int:
     admission = Admission(config.max_concurrent_requests)
     model_name = config.served_model_name or engine.info.model_name
     metrics = WorkerMetrics(engine, admission, model_name=model_name)
+    specs = SpecChecker(HelperPool("specs", config.spec_helpers, config.spec_timeout_s,
+                                   metrics=HelperMetrics(metrics.registry)))
+    await specs.pool.start()
     service = WorkerService(engine, admission, metrics, config.worker_id, model_name, config.role,
                             node=config.node, kv_pull_timeout_s=config.kv_pull_timeout_s,
-                            role_drain_timeout_s=config.role_drain_timeout_s)
+                            role_drain_timeout_s=config.role_drain_timeout_s, specs=specs)
     metrics.collector.role = lambda: service.role
     health = HealthServicer()
     server, port = rpc.make_server(config.host, config.port, rpc.WORKER_POLICY, registry=metrics.registry,
@@ -74,6 +79,7 @@ async def serve(config: WorkerConfig) -> int:
         await agent.stop()
     await server.stop(STOP_GRACE_S)
     await service.kv.close()
+    await specs.pool.close()
     metrics_http.shutdown()
     engine.shutdown()
     log.info("worker stopped", extra={"drained": drained, "engine_died": engine_died})

@@ -45,6 +45,7 @@ from .kv_connector import WorkerKVConnector
 from .metrics import WorkerMetrics
 from .model_info import digest_only, read_model_info
 from .roles import RoleSwitch
+from mindmotor.sandbox.spec_check import SpecChecker, SpecsBusy
 
 log = logging.getLogger("mindmotor.worker")
 
@@ -52,8 +53,10 @@ log = logging.getLogger("mindmotor.worker")
 class WorkerService(worker_pb2_grpc.WorkerServicer):
     def __init__(self, engine: AsyncLLMEngine, admission: Admission, metrics: WorkerMetrics,
                  worker_id: str, model_name: str, role: Role | str = Role.MIXED, node: str = "",
-                 kv_pull_timeout_s: float = 5.0, role_drain_timeout_s: float = 30.0):
+                 kv_pull_timeout_s: float = 5.0, role_drain_timeout_s: float = 30.0,
+                 specs: SpecChecker | None = None):
         self.engine = engine
+        self.specs = specs                # None: specs are compiled by the engine alone (tests, tools)
         self.admission = admission
         self.metrics = metrics
         self.worker_id = worker_id
@@ -103,10 +106,18 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                           f"request id {request_id!r} is already in use")
         try:
             continuation = continuation_from_request(request) if isinstance(request, pb.GenerateRequest) else None
-            return prompt_from_request(request), sampling_params_from_proto(request.sampling), continuation
+            params = sampling_params_from_proto(request.sampling)
+            prompt = prompt_from_request(request)
+            if self.specs is not None:
+                await self.specs.check(params.structured)    # a helper compiles it first (mindmotor.sandbox)
+            return prompt, params, continuation
         except ValueError as exc:
             self.metrics.refused.labels(reason="invalid_argument").inc()
             await _refuse(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc), param=getattr(exc, "param", None))
+        except SpecsBusy as exc:
+            self.metrics.refused.labels(reason="busy").inc()
+            await _refuse(context, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"the structured-output compilers of this worker are busy: {exc}")
 
     async def _stream(self, open_outputs, context: grpc.aio.ServicerContext) -> None:
         """Write every output of `open_outputs()` (raises RequestError for a refused request)."""

@@ -26,7 +26,7 @@ async def health(c: CoordinatorDep):
     """200 when at least one instance can take requests, else 503."""
     ok = c.table.has_routable()
     return JSONResponse({"status": "ok" if ok else "no_healthy_instance", "instances": _instances(c),
-                         "traffic": _traffic(c)}, status_code=200 if ok else 503)
+                         "traffic": _traffic(c), "spec_helpers": c.specs.pool.live}, status_code=200 if ok else 503)
 
 
 @router.get("/ready")

@@ -16,9 +16,9 @@ async def tokenize(body: TokenizeRequest, request: Request, c: CoordinatorDep):
     request.state.model = model.name
     if (body.prompt is None) == (body.messages is None):
         raise BadRequest("give exactly one of 'prompt' and 'messages'", param="prompt")
-    text = body.prompt if body.prompt is not None else chat_text(body.messages, model.tokenizer,
-                                                                 body.add_generation_prompt)
-    tokens = encode_text(model.tokenizer, text, "prompt" if body.prompt is not None else "messages")
+    text = body.prompt if body.prompt is not None else await chat_text(
+        body.messages, model.tokenizer, body.add_generation_prompt, max_chars=c.settings.max_prompt_chars)
+    tokens = await encode_text(model.tokenizer, text, "prompt" if body.prompt is not None else "messages")
     out = {"count": len(tokens), "max_model_len": model.max_model_len or None, "tokens": tokens}
     if body.return_token_strs:
         out["token_strs"] = [model.tokenizer.id_to_token(t) for t in tokens]
