@@ -18,6 +18,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from mindmotor.protocol import worker_pb2 as pb
 from mindmotor.protocol.failure import ENGINE_DEAD, FAILURE_METADATA_KEY, PARAM_METADATA_KEY, REQUEST_FAILED
 
+from abuse_specs import as_json, chained_lark, optional_chain, ref_chain
 from .rpc import collect, request
 from .worker_process import REALTIME_ARGS, WorkerProcess, wait_until
 
@@ -141,3 +142,26 @@ def test_over_the_concurrency_limit_calls_are_resource_exhausted(start_worker):
         s.cancel()
     wait_until(lambda: w.stub.Status(pb.StatusRequest(), timeout=5).load.in_flight == 0, what="the streams ended")
     generate_ok(w)
+
+
+
+SPEC_POISONS = {   # issue 19: each used to SIGSEGV the process that compiled it
+    "a 3,000-rule Lark chain (over the rule limit)": ("grammar", lambda: chained_lark(3000), "the limit is 2000"),
+    "a grammar within the limits that overflows a helper's stack": (
+        "grammar", lambda: optional_chain(1997), "the grammar compiler crashed on it"),
+    "a 2,500-deep $ref chain (over the $ref limit)": ("json", lambda: as_json(ref_chain(2500)), "the limit is 500"),
+}
+
+
+@pytest.mark.parametrize("kind, spec, words", SPEC_POISONS.values(), ids=SPEC_POISONS.keys())
+def test_a_spec_that_crashed_the_compiler_is_refused_and_the_engine_serves_on(worker, kind, spec, words):
+    """A helper process compiles a spec before the engine does: the worker never crashes on one."""
+    poison = request("x", max_tokens=4)
+    poison.sampling.structured.CopyFrom(pb.StructuredOutput(kind=kind, spec=spec()))
+    with pytest.raises(grpc.RpcError) as raised:
+        collect(worker.stub.Generate(poison, timeout=30))
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT, raised.value.details()
+    assert words in raised.value.details()
+    assert metadata(raised.value)[PARAM_METADATA_KEY] == "structured_outputs"
+    assert worker.proc.poll() is None
+    generate_ok(worker)
