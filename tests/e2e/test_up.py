@@ -79,11 +79,13 @@ def test_ctrl_c_stops_every_service(e2e_model, tmp_path):
     try:
         up.wait_ready(180)
         children = child_pids(up.proc.pid)
-        # controller, deployer, coordinator, and the deployer's worker: up's child, so that it
-        # outlives a deployer death (adopted by the restarted deployer) and dies with up
-        assert len(children) == 4
+        # controller, deployer, two coordinator replicas, and the deployer's worker: up's child, so
+        # that it outlives a deployer death (adopted by the restarted deployer) and dies with up
+        assert len(children) == 5
         everything = descendants(up.proc.pid)
-        assert len(everything) == 4
+        helpers = [p for p in everything if p not in children]
+        # the structured-output spec helpers: two per coordinator replica, one in the worker
+        assert len(helpers) == 5 and all("mindmotor.sandbox.helper" in _cmdline(p) for p in helpers)
         up.signal(signal.SIGINT)
         assert up.proc.wait(60) == 0
         assert not [pid for pid in everything if alive(pid)]
@@ -104,6 +106,10 @@ def test_killing_the_supervisor_takes_its_services_down(e2e_model, tmp_path):
                    what="the orphaned services to exit")
     finally:
         up.kill()
+
+
+def _cmdline(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").replace("\0", " ")
 
 
 def alive(pid: int) -> bool:

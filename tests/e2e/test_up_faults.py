@@ -210,6 +210,14 @@ def kill(pid: int) -> None:
     os.kill(pid, signal.SIGKILL)
 
 
+def up_metric(platform, service: str) -> float:
+    """`mindmotor_up_service_up{service}`: 1 once that service printed its ready line."""
+    for line in side_get(platform.ready, "metrics_port", "/metrics").text.splitlines():
+        if line.startswith(f'mindmotor_up_service_up{{service="{service}"}}'):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
 def restarts(platform) -> dict[str, float]:
     text = side_get(platform.ready, "metrics_port", "/metrics").text
     counts = {}
@@ -292,20 +300,58 @@ def test_a_canary_rollout_through_mindmotor_deploy(platform, e2e_model):
     wait_until(lambda: "faults-v2-0" not in instances(platform), timeout=60, interval=0.2, what="the canary gone")
 
 
-def test_the_coordinator_and_the_controller_come_back_after_sigkill(platform, e2e_model):
+def test_a_killed_coordinator_replica_costs_no_retried_request_and_refuses_no_connection(platform, e2e_model):
+    """Two coordinator replicas accept from the one socket `up` holds. SIGKILL one under load:
+    non-streamed requests from a client that retries on connection errors (the openai SDK's
+    default) all succeed, no connection is refused, and the replica is back."""
+    replicas = service_pids(platform, "coordinator")
+    assert len(replicas) == 2
     before = restarts(platform)
-    for service in ("coordinator", "controller"):
-        (pid,) = service_pids(platform, service)
-        kill(pid)
-        wait_until(lambda: service_pids(platform, service) not in ([], [pid]) and completes(platform, e2e_model.name),
-                   timeout=BACK_WITHIN_S, interval=0.2, what=f"the {service} back")
-        assert platform.alive()
+    sdk = openai.OpenAI(base_url=platform.ready["url"] + "/v1", api_key=API_KEY, timeout=30)   # retries: 2
+    outcomes: list[str] = []
+    stop = threading.Event()
+
+    def client() -> None:
+        while not stop.is_set():
+            try:
+                sdk.completions.create(model=e2e_model.name, prompt="def f(x):", max_tokens=8, temperature=0)
+                outcomes.append("ok")
+            except openai.APIConnectionError as exc:
+                outcomes.append(f"connection: {exc.__cause__!r}")
+            except openai.APIError as exc:
+                outcomes.append(f"error: {exc}")
+
+    threads = [threading.Thread(target=client) for _ in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        wait_until(lambda: outcomes.count("ok") >= 8, timeout=60, interval=0.1, what="load running")
+        kill(replicas[0])
+        wait_until(lambda: len(service_pids(platform, "coordinator")) == 2 and replicas[0] not in
+                   service_pids(platform, "coordinator") and up_metric(platform, "coordinator-0") == 1.0,
+                   timeout=BACK_WITHIN_S, interval=0.1, what="the killed replica back")
+        served = len(outcomes)
+        wait_until(lambda: len(outcomes) >= served + 8, timeout=60, interval=0.1, what="load after the restart")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(60)
+    assert set(outcomes) == {"ok"}, [o for o in outcomes if o != "ok"][:5]
+    assert restarts(platform)["coordinator-0"] == before.get("coordinator-0", 0) + 1
+    assert platform.alive()
+
+
+def test_the_controller_comes_back_after_sigkill(platform, e2e_model):
+    before = restarts(platform)
+    (pid,) = service_pids(platform, "controller")
+    kill(pid)
+    wait_until(lambda: service_pids(platform, "controller") not in ([], [pid]) and completes(platform, e2e_model.name),
+               timeout=BACK_WITHIN_S, interval=0.2, what="the controller back")
+    assert platform.alive()
     wait_until(lambda: {i["state"] for i in instances(platform).values()} == {"ready"}
                and len(instances(platform)) == 2, timeout=BACK_WITHIN_S, interval=0.2,
                what="both workers registered again")
-    after = restarts(platform)
-    assert after["coordinator"] == before.get("coordinator", 0) + 1
-    assert after["controller"] == before.get("controller", 0) + 1
+    assert restarts(platform)["controller"] == before.get("controller", 0) + 1
 
 
 def test_a_frozen_controller_is_killed_and_restarted(platform, e2e_model):

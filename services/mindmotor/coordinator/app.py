@@ -114,7 +114,7 @@ def create_app(settings: CoordinatorSettings, coordinator: Coordinator | None = 
     # added innermost first: RequestId -> Gate -> BodyLimit -> routes
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(GateMiddleware, keys=c.keys, limiter=c.limiter, metrics=c.metrics)
-    app.add_middleware(RequestIdMiddleware, metrics=c.metrics)
+    app.add_middleware(RequestIdMiddleware, metrics=c.metrics, in_flight=c.in_flight)
     if settings.cors_allowed_origins:       # outermost: a preflight is answered before auth
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_allowed_origins,
                            allow_methods=settings.cors_allowed_methods, allow_headers=settings.cors_allowed_headers,

@@ -33,6 +33,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--config", default=None, metavar="FILE.yaml", help="settings file (YAML; keys as in CoordinatorSettings)")
     add("--host", default=None, help="address to listen on (default: 127.0.0.1)")
     add("--port", type=int, default=None, help="HTTP port; 0 picks a free one (default: 8000)")
+    add("--fd", type=int, default=None, metavar="FD",
+        help="serve the listening socket inherited as this file descriptor instead of binding --port "
+             "(how `mindmotor up` runs several replicas behind one port)")
+    add("--replica-port", type=int, default=None, metavar="PORT",
+        help="also serve on this port of --host, this process alone (probes, per-replica /health); 0: a free one")
+    add("--coordinator-id", default=None, help="this coordinator's name in reports to the controller")
     add("--controller", action="append", default=None, metavar="ADDR",
         help="a controller's gRPC address (repeatable): instances from its routing table, not --worker")
     add("--worker", action="append", default=None, metavar="ADDR[,weight=W,version=V,deployment=D]",
@@ -57,6 +63,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--max-requests", type=int, default=None, help="outstanding requests per model (default: 10000)")
     add("--max-retry", type=int, default=None, help="resubmissions after worker failures (default: 5)")
     add("--max-body-bytes", type=int, default=None, help="request body limit (default: 1 MiB)")
+    add("--max-tools", type=int, default=None, help="functions in one request's tools (default: 128)")
+    add("--spec-helpers", type=int, default=None,
+        help="helper processes that compile structured-output specs, off the event loop (default: 2)")
+    add("--spec-timeout", type=float, default=None, metavar="S",
+        help="seconds a spec may take to compile; longer: 400 (default: 5)")
     add("--http-header-timeout", type=float, default=None, metavar="S",
         help="seconds a client has to send the request line and headers (default: 10)")
     add("--http-body-timeout", type=float, default=None, metavar="S",
@@ -84,7 +95,9 @@ def settings_from_args(args: argparse.Namespace):
                 raise ValueError(f"--model takes NAME=DIR, got {item!r}")
             models[name] = directory
     overrides = dict(
-        host=args.host, port=args.port, models=models, model_dir=args.model_dir, policy=args.policy,
+        host=args.host, port=args.port, listen_fd=args.fd, replica_port=args.replica_port,
+        coordinator_id=args.coordinator_id, max_tools=args.max_tools, spec_helpers=args.spec_helpers,
+        spec_timeout_s=args.spec_timeout, models=models, model_dir=args.model_dir, policy=args.policy,
         api_keys=args.api_key, api_key_file=args.api_key_file, rate_limit_rpm=args.rate_limit_rpm,
         redis_url=args.redis_url, redis_url_file=args.redis_url_file, https_cert=args.https_cert,
         https_key=args.https_key,

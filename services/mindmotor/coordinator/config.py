@@ -71,6 +71,10 @@ class CoordinatorSettings(BaseSettings):
     # serving
     host: str = "127.0.0.1"                          # standalone: loopback unless told otherwise
     port: int = Field(8000, ge=0, le=65535)          # 0: pick a free port (see the ready line)
+    listen_fd: int | None = Field(None, ge=0)        # serve a listening socket inherited as this fd (replicas
+                                                     # of `mindmotor up` share one); `host`/`port` unused
+    replica_port: int | None = Field(None, ge=0, le=65535)  # also serve on this port of `host`, this process
+                                                     # alone (probes, per-replica /health); 0: a free one
     coordinator_id: str = Field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}-"
                                                         f"{uuid.uuid4().hex[:6]}")
     log_level: str = "INFO"
@@ -233,6 +237,6 @@ def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Co
     return CoordinatorSettings.model_construct(**dict(loaded))
 
 
-def ready_line(port: int) -> str:
+def ready_line(port: int, replica_port: int | None = None) -> str:
     """The one line the coordinator prints on stdout when it serves."""
-    return f"{READY_PREFIX} port={port}"
+    return f"{READY_PREFIX} port={port}" + (f" replica_port={replica_port}" if replica_port is not None else "")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import time
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 
 from mindmotor.common import vllm_metrics as V
 
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120)
 TOKEN_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56)
 
@@ -27,7 +29,7 @@ class CoordinatorMetrics:
         self.e2e = Histogram(p + "e2e_request_latency_seconds", "from arrival to the last token of a choice",
                              ["model"], buckets=LATENCY_BUCKETS, registry=r)
         self.outstanding = Gauge(p + "outstanding_requests", "admitted choices not yet finished (queue size)",
-                                 ["model"], registry=r)
+                                 ["model"], registry=r, multiprocess_mode="livesum")
         self.rejected = Counter(p + "rejected_total", "requests refused before routing", ["reason"], registry=r)
         self.api_key_reloads = Counter(p + "api_key_reloads_total", "changes of the API key file: reloaded, or "
                                        "kept (unreadable or empty: the previous keys stay)", ["outcome"], registry=r)
@@ -48,7 +50,8 @@ class CoordinatorMetrics:
                                             "after a failure (skipped)", ["reason"], registry=r)
         self.http_refused = Counter(p + "http_refused_total", "connections cut off: header_timeout, "
                                     "body_timeout (408) or too_many_connections (503)", ["reason"], registry=r)
-        self.instances = Gauge(p + "routable_instances", "routable instances per model", ["model"], registry=r)
+        self.instances = Gauge(p + "routable_instances", "routable instances per model", ["model"], registry=r,
+                               multiprocess_mode="livemax")
         self.loop_lag = Histogram(p + "event_loop_lag_seconds", "how late the event loop ran a timer (a loop "
                                   "busy with one request's work delays every other request by this much)",
                                   buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
@@ -79,10 +82,18 @@ class CoordinatorMetrics:
         self.vllm_e2e = Histogram(V.E2E, "End-to-end request latency in seconds", [V.LABEL], buckets=V.E2E_BUCKETS,
                                   registry=r)
         self.vllm_running = Gauge(V.NUM_REQUESTS_RUNNING, "Choices being generated (admitted, not finished)",
-                                  [V.LABEL], registry=r)
+                                  [V.LABEL], registry=r, multiprocess_mode="livesum")
         self.vllm_generation_tokens = Counter(V.GENERATION_TOKENS, "Generation tokens", [V.LABEL], registry=r)
 
     def render(self) -> bytes:
+        """This process's metrics; under `mindmotor up`, whose coordinator replicas share one port,
+        every replica's (`PROMETHEUS_MULTIPROC_DIR`, prometheus_client's multiprocess mode: counters
+        and histograms summed over the replicas, dead ones included, so they never go down;
+        gauges summed or maxed over the live ones)."""
+        if os.environ.get(MULTIPROC_ENV):
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)
+            return generate_latest(registry)
         return generate_latest(self.registry)
 
 

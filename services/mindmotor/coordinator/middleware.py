@@ -49,9 +49,10 @@ def _header(scope: Scope, name: bytes) -> str | None:
 
 
 class RequestIdMiddleware:
-    def __init__(self, app: ASGIApp, metrics: CoordinatorMetrics):
+    def __init__(self, app: ASGIApp, metrics: CoordinatorMetrics, in_flight=None):
         self.app = app
         self.metrics = metrics
+        self.in_flight = in_flight          # state.InFlight: open API requests, counted here
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -72,10 +73,15 @@ class RequestIdMiddleware:
                                                   *((k, v.encode()) for k, v in served if v)]}
             await send(message)
 
+        counted = self.in_flight is not None and scope.get("path", "").startswith(API_PREFIXES)
+        if counted:
+            self.in_flight.requests += 1
         with request_context(rid):
             try:
                 await self.app(scope, receive, send_with_id)
             finally:
+                if counted:
+                    self.in_flight.requests -= 1
                 path = scope.get("path", "")
                 if path.startswith(API_PREFIXES):
                     self.metrics.requests.labels(path, state.get("model", ""), str(status or 499)).inc()

@@ -53,7 +53,7 @@ async def generate(c: Coordinator, request: Request, request_id: str, model: Ser
                                           c.settings.prefill_timeout_s, retry_after_s=c.settings.retry_after_s))
             prompt_indices.append(p_index)
     return await respond(request, ChoiceSet(generations), prompt_indices, fmt, stream, include_usage, ticket,
-                         c.metrics, model.name)
+                         c.metrics, model.name, c.in_flight)
 
 
 async def check_structured(c: Coordinator, sampling: SamplingOptions) -> None:

@@ -44,10 +44,15 @@ class OutputFormat(Protocol):
 
 async def respond(request: Request, choices: ChoiceSet, prompt_indices: list[int], fmt: OutputFormat,
                   stream: bool, include_usage: bool, ticket: Ticket, metrics: CoordinatorMetrics | None = None,
-                  model: str = "") -> Response:
+                  model: str = "", in_flight=None) -> Response:
     served = ServedBy(request, choices, metrics, model)
+    counted = False                 # this stream is in `in_flight.streams`
 
     async def close() -> None:
+        nonlocal counted
+        if counted:
+            counted = False
+            in_flight.streams -= 1
         await choices.aclose()
         ticket.release()
         served.finish()
@@ -65,6 +70,9 @@ async def respond(request: Request, choices: ChoiceSet, prompt_indices: list[int
         await close()
         usage = total_usage([(r.prompt_index, r.usage) for r in results])
         return JSONResponse(fmt.response(results, usage))
+    if in_flight is not None:
+        in_flight.streams += 1
+        counted = True
     return EventStreamResponse(_events(choices, prompt_indices, fmt, include_usage, served), on_close=close)
 
 

@@ -1,7 +1,9 @@
-"""Run the coordinator on uvicorn: bind (port 0 picks a free one), serve (HTTPS with
-`https_cert`/`https_key`, TLS 1.2 at least), print `MINDMOTOR_COORDINATOR_READY port=N` once
-serving; SIGTERM/SIGINT stop it gracefully (uvicorn stops accepting, lets open responses finish
-for up to `GRACEFUL_S`)."""
+"""Run the coordinator on uvicorn: bind (port 0 picks a free one) or take over an inherited
+listening socket (`listen_fd`: the replicas under `mindmotor up` all accept from one socket that
+`up` holds, so a replica that dies refuses no connection), optionally a socket of its own
+(`replica_port`), serve (HTTPS with `https_cert`/`https_key`, TLS 1.2 at least), print
+`MINDMOTOR_COORDINATOR_READY port=N [replica_port=M]` once serving; SIGTERM/SIGINT stop it
+gracefully (uvicorn stops accepting, lets open responses finish for up to `GRACEFUL_S`)."""
 
 from __future__ import annotations
 
@@ -74,17 +76,29 @@ def _on_signal(server: uvicorn.Server) -> None:
     server.should_exit = True
 
 
+def listening_sockets(settings: CoordinatorSettings) -> list[socket.socket]:
+    """The public socket (bound here, or inherited: `listen_fd`), then this process's own
+    (`replica_port`), if asked for."""
+    if settings.listen_fd is not None:
+        public = socket.socket(fileno=settings.listen_fd)     # a replica: every replica accepts from it
+    else:
+        public = bind_socket(settings.host, settings.port)
+    if settings.replica_port is None:
+        return [public]
+    return [public, bind_socket(settings.host, settings.replica_port)]
+
+
 async def serve(settings: CoordinatorSettings) -> int:
-    sock = bind_socket(settings.host, settings.port)
-    port = sock.getsockname()[1]
+    sockets = listening_sockets(settings)
+    ports = [s.getsockname()[1] for s in sockets]
     server = make_server(create_app(settings), settings.log_level, settings)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, _on_signal, server)
-    task = asyncio.create_task(server.serve(sockets=[sock]))
+    task = asyncio.create_task(server.serve(sockets=sockets))
     while not server.started and not task.done():
         await asyncio.sleep(0.01)
     if server.started:
-        print(ready_line(port), file=sys.stdout, flush=True)
+        print(ready_line(ports[0], ports[1] if len(ports) > 1 else None), file=sys.stdout, flush=True)
     await task
     return 0 if server.started else 1

@@ -3,7 +3,7 @@ is the typed FastAPI dependency that hands it to a route."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -21,6 +21,14 @@ from mindmotor.sandbox.spec_check import SpecChecker
 
 
 @dataclass
+class InFlight:
+    """This process's open API requests and, of them, streams (a replica's /health shows them:
+    what its death would cut)."""
+    requests: int = 0
+    streams: int = 0
+
+
+@dataclass
 class Coordinator:
     settings: CoordinatorSettings
     table: RoutingTable
@@ -33,6 +41,7 @@ class Coordinator:
     limiter: RateLimiter | None
     specs: SpecChecker                  # structured-output specs, checked by helper processes
     started: bool = False          # the first look at the instances is done
+    in_flight: InFlight = field(default_factory=InFlight)
 
 
 def get_coordinator(request: Request) -> Coordinator:

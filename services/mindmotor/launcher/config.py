@@ -3,6 +3,8 @@
 ```yaml
 host: 127.0.0.1          # where every service listens
 port: 8000               # the coordinator's HTTP port (the API and its /metrics); 0: a free one
+coordinators: 2          # coordinator replicas, all serving `port` (one socket `up` holds: a replica that
+                         # dies refuses no connection; it is restarted like any service)
 ports:                   # 0: a free port, picked at the first start and kept across restarts
   controller: 0          # controller gRPC (workers, coordinator and deployer connect here)
   controller_admin: 0    # controller admin HTTP (/health, /metrics, /v1/instances)
@@ -104,6 +106,7 @@ class PlatformConfig(BaseModel):
 
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
+    coordinators: int = Field(2, ge=1, le=64)
     ports: Ports = Field(default_factory=Ports)
     redis_url: str | None = None
     redis_prefix: str = "mindmotor:"

@@ -43,10 +43,11 @@ class ChildProcessError(RuntimeError):
 class ChildProcess:
     def __init__(self, name: str, args: list[str], ready_prefix: str, log_path: Path,
                  env: dict[str, str | None] | None = None, program: list[str] | None = None,
-                 parent_death_signal: int = signal.SIGTERM):
+                 parent_death_signal: int = signal.SIGTERM, pass_fds: tuple[int, ...] = ()):
         """`args` after `program` (default: `python -m mindmotor.cli`, i.e. a `mindmotor` command);
         `env` on top of this process's environment; `parent_death_signal` what the child gets when
-        the thread that started it dies."""
+        the thread that started it dies; `pass_fds` open in the child under the same numbers
+        (a listening socket the child serves)."""
         self.name = name
         self.args = args
         self.ready_prefix = ready_prefix
@@ -57,7 +58,7 @@ class ChildProcess:
         # No preexec_fn (and nothing else that needs code between fork and exec): CPython then
         # starts the child with vfork + exec, which is safe in a process with gRPC threads.
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._log,
-                                     text=True, env=child_env(env))
+                                     text=True, env=child_env(env), pass_fds=pass_fds)
         self._lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._pump_stdout, name=f"{name}-stdout", daemon=True).start()
         self.ready: dict[str, str] = {}
@@ -114,6 +115,10 @@ class ChildProcess:
     def stop(self, timeout_s: float = 30.0) -> int:
         """SIGTERM (the service drains), then SIGKILL if it takes longer than `timeout_s`."""
         self.signal(signal.SIGTERM)
+        return self.wait_stopped(timeout_s)
+
+    def wait_stopped(self, timeout_s: float) -> int:
+        """Wait for the exit (of a child already told to stop), SIGKILL after `timeout_s`."""
         try:
             self.proc.wait(timeout_s)
         except subprocess.TimeoutExpired:

@@ -51,6 +51,8 @@ class Service:
     program: list[str] | None = None        # None: `python -m mindmotor.cli` (tests run other programs)
     on_ready: Callable[["Service"], None] = lambda service: None   # after every restart's ready line
     liveness: LivenessProbe | None = None   # None: only a death is noticed (liveness.py)
+    pass_fds: tuple[int, ...] = ()          # open in the child (a listening socket it serves)
+    on_death: Callable[["Service", int], None] = lambda service, pid: None   # after a death (its pid)
     child: ChildProcess | None = None
     state: str = STARTING
     started_at: float = 0.0
@@ -94,15 +96,22 @@ class Supervisor:
 
     def start(self, service: Service, timeout_s: float) -> Service:
         """The first start: wait for the ready line (ChildProcessError if it does not come)."""
-        self.services[service.name] = service
-        self._spawn(service)
-        service.child.wait_ready(timeout_s)
-        self._running(service)
-        return service
+        return self.start_all([service], timeout_s)[0]
+
+    def start_all(self, services: list[Service], timeout_s: float) -> list[Service]:
+        """The first start of several services at once (replicas): all started, then each waited for."""
+        for service in services:
+            self.services[service.name] = service
+            self._spawn(service)
+        for service in services:
+            service.child.wait_ready(timeout_s)
+            self._running(service)
+        return services
 
     def _spawn(self, service: Service) -> None:
         service.child = ChildProcess(service.name, service.args(), service.ready_prefix,
-                                     self.log_dir / f"{service.name}.log", env=service.env, program=service.program)
+                                     self.log_dir / f"{service.name}.log", env=service.env, program=service.program,
+                                     pass_fds=service.pass_fds)
         service.state, service.started_at = STARTING, self.clock()
         log.info("starting", extra={"child": service.name, "pid": service.child.proc.pid,
                                     "log": str(service.child.log_path), "restarts": service.restarts})
@@ -155,12 +164,17 @@ class Supervisor:
             "failures_in_a_row": service.failures, "restarts": service.restarts,
             "restart_in_s": self.backoff.delay(service.failures), "log": str(service.child.log_path),
             "log_tail": service.child.log_tail(5)})
+        service.on_death(service, service.child.proc.pid)
 
-    def stop(self, order: list[str]) -> None:
-        """Stop the services one after the other (each drains; SIGKILL after its stop timeout)."""
-        for name in order:
-            service = self.services.get(name)
-            if service is not None and service.child is not None:
-                code = service.child.stop(service.stop_timeout_s)
-                self.metrics.up.labels(name).set(0)
-                log.info("stopped", extra={"child": name, "exit_code": code})
+    def stop(self, order: list[str | list[str]]) -> None:
+        """Stop the services one after the other — a list of names in `order` together (replicas
+        drain in parallel) — each SIGKILLed after its stop timeout."""
+        for step in order:
+            group = [self.services[n] for n in ([step] if isinstance(step, str) else step)
+                     if n in self.services and self.services[n].child is not None]
+            for service in group:
+                service.child.signal(signal.SIGTERM)
+            for service in group:
+                code = service.child.wait_stopped(service.stop_timeout_s)
+                self.metrics.up.labels(service.name).set(0)
+                log.info("stopped", extra={"child": service.name, "exit_code": code})

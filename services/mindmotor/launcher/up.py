@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
+import socket
 import tempfile
 import threading
 import time
@@ -54,12 +56,14 @@ log = logging.getLogger("mindmotor.up")
 
 READY_PREFIX = "MINDMOTOR_UP_READY"
 CONTROLLER, DEPLOYER, COORDINATOR = "controller", "deployer", "coordinator"
-STOP_ORDER = [COORDINATOR, DEPLOYER, CONTROLLER]
+METRICS_DIR = "coordinator-metrics"      # the replicas' shared Prometheus files (multiprocess mode)
 CHECK_S = 0.2                 # how often the supervisor looks at its services
 ENSURE_EVERY_S = 2.0          # how often the config's deployments are checked to be in the deployer
 DEPLOYER_CALL_S = 30.0        # Apply (verifies the checkpoint), Delete
 CHECK_CALL_S = 3.0            # Get, from the supervisor's loop
 SECRET_VARIABLES = ("MINDMOTOR_API_KEYS", "MINDMOTOR_ADMIN_TOKEN", "MINDMOTOR_REDIS_URL")
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+BACKLOG = 2048
 
 
 def child_env(service: str, config: PlatformConfig) -> dict[str, str | None]:
@@ -91,6 +95,8 @@ class Platform:
         self.supervisor = Supervisor(self.log_dir, backoff, config.stable_after_s, self.metrics)
         self.ports = config.ports.model_copy()
         self.port = config.port
+        self.public: socket.socket | None = None         # the API's listening socket, every replica's
+        self.replica_ports: dict[str, int] = {}          # coordinator replica → its own port (probes)
         self.metrics_port = 0
         self._metrics_http = None
         self.url = ""
@@ -123,30 +129,58 @@ class Platform:
                 "--coordinator", f"http://{cfg.host}:{self.port}",     # its /metrics judge canaries
                 *cfg.deployer_args]
 
-    def _coordinator_args(self) -> list[str]:
+    def _coordinator_args(self, name: str) -> list[str]:
         cfg = self.config
-        args = ["coordinator", "--host", cfg.host, "--port", str(self.port), "--controller", self.controller_address,
-                "--policy", cfg.policy]
+        args = ["coordinator", "--host", cfg.host, "--fd", str(self.public.fileno()),
+                "--replica-port", str(self.replica_ports.get(name, 0)), "--coordinator-id", f"up-{name}",
+                "--controller", self.controller_address, "--policy", cfg.policy]
         for spec in self.specs:
             directory = spec.versions[0].checkpoint or str(_bundled_model())
             args += ["--model", f"{spec.model}={directory}"]
         if cfg.rate_limit_rpm:
-            args += ["--rate-limit-rpm", str(cfg.rate_limit_rpm)]
+            # per replica; the kernel spreads connections over them, so together they allow about
+            # the configured rate (exactly, through Redis, with `redis_url`)
+            rpm = cfg.rate_limit_rpm if cfg.redis_url else cfg.rate_limit_rpm / cfg.coordinators
+            args += ["--rate-limit-rpm", str(rpm)]
         return args + cfg.coordinator_args
 
-    def _service(self, name: str, args, ready_prefix: str, stop_timeout_s: float = 30.0, on_ready=None) -> Service:
-        env = {**child_env(name, self.config), **replica_anchor_env(name), **self.tls_env.get(name, {})}
+    @property
+    def coordinator_names(self) -> list[str]:
+        return [f"{COORDINATOR}-{i}" for i in range(self.config.coordinators)]
+
+    @property
+    def stop_order(self) -> list[str | list[str]]:
+        """Coordinators first, together (they finish their streams), then the deployer (its
+        workers drain), then the controller."""
+        return [self.coordinator_names, DEPLOYER, CONTROLLER]
+
+    def _service(self, name: str, args, ready_prefix: str, stop_timeout_s: float = 30.0, on_ready=None,
+                 role: str | None = None, **extra) -> Service:
+        role = role or name
+        env = {**child_env(role, self.config), **replica_anchor_env(role), **self.tls_env.get(role, {}),
+               **(self._coordinator_env() if role == COORDINATOR else {})}
         return Service(name, args, ready_prefix, env=env, stop_timeout_s=stop_timeout_s,
                        liveness=LivenessProbe(self.config.liveness, self._liveness_url(name),
                                               verify=lambda: self.cluster_ca()),
-                       **({"on_ready": on_ready} if on_ready else {}))
+                       **({"on_ready": on_ready} if on_ready else {}), **extra)
+
+    def _coordinator_service(self, name: str) -> Service:
+        return self._service(name, lambda: self._coordinator_args(name), "MINDMOTOR_COORDINATOR_READY",
+                             role=COORDINATOR, pass_fds=(self.public.fileno(),),
+                             on_ready=lambda service: self.replica_ports.update({name: int(service.ready["replica_port"])}),
+                             on_death=lambda service, pid: _forget_replica_metrics(self.log_dir / METRICS_DIR, pid))
+
+    def _coordinator_env(self) -> dict[str, str]:
+        return {MULTIPROC_ENV: str(self.log_dir / METRICS_DIR)}
 
     def _liveness_url(self, service: str):
         """What the service's own server answers (liveness.py): asked at each probe (ports are
-        known once it is ready)."""
+        known once it is ready). A coordinator replica is probed on its own port: the public one
+        reaches whichever replica accepts first."""
         host = self.config.host
+        if service.startswith(COORDINATOR):
+            return lambda: f"http://{host}:{self.replica_ports.get(service, 0)}/health"
         return {CONTROLLER: lambda: f"https://{host}:{self.ports.controller_admin}/health",
-                COORDINATOR: lambda: f"{self.url}/health",
                 DEPLOYER: lambda: f"https://{host}:{self.ports.deployer_metrics}/metrics"}[service]
 
     def cluster_ca(self) -> str:
@@ -166,10 +200,10 @@ class Platform:
                                                          "MINDMOTOR_CONTROLLER_READY"), timeout)
         self.ports.controller = int(controller.ready["port"])
         self.ports.controller_admin = int(controller.ready["admin_port"])
-        coordinator = self.supervisor.start(self._service(COORDINATOR, self._coordinator_args,
-                                                          "MINDMOTOR_COORDINATOR_READY"), timeout)
-        self.port = int(coordinator.ready["port"])
-        self.url = f"http://{cfg.host}:{self.port}"
+        self._listen()
+        replicas = self.supervisor.start_all([self._coordinator_service(n) for n in self.coordinator_names], timeout)
+        for replica in replicas:
+            self.replica_ports[replica.name] = int(replica.ready["replica_port"])
         deployer = self.supervisor.start(self._service(DEPLOYER, self._deployer_args, "MINDMOTOR_DEPLOYER_READY",
                                                        stop_timeout_s=_deployer_stop_timeout(cfg.deployer_args),
                                                        on_ready=lambda _: self._deployer_restarted()), timeout)
@@ -177,6 +211,20 @@ class Platform:
         self.ports.deployer_metrics = int(deployer.ready["metrics_port"])
         self._first_apply()
         self._wait_routable(sum(spec.versions[0].replicas for spec in self.specs))
+
+    def _listen(self) -> None:
+        """The API's socket, bound and listening here for the platform's life: every coordinator
+        replica accepts from it (inherited), so while one restarts the others take its share and
+        a new connection waits in the backlog rather than being refused, even with none up."""
+        from mindmotor.coordinator.server import bind_socket
+
+        metrics_dir = self.log_dir / METRICS_DIR
+        shutil.rmtree(metrics_dir, ignore_errors=True)          # counters of an earlier run
+        metrics_dir.mkdir(parents=True)
+        self.public = bind_socket(self.config.host, self.port)
+        self.public.listen(BACKLOG)
+        self.port = self.public.getsockname()[1]
+        self.url = f"http://{self.config.host}:{self.port}"
 
     def _deployer_client(self, timeout_s: float = DEPLOYER_CALL_S):
         from mindmotor.deployer.client import DeployerClient
@@ -266,20 +314,23 @@ class Platform:
                    extra={"code": exc.code().name, "error": exc.details()})
 
     def _wait_routable(self, expected: int) -> None:
-        """Until the coordinator's /health reports every worker routable (ChildProcessError if the
-        workers keep crashing or time runs out)."""
+        """Until every coordinator replica's /health reports every worker routable
+        (ChildProcessError if the workers keep crashing or time runs out)."""
         deadline = time.monotonic() + self.config.ready_timeout_s
         last, next_status = None, 0.0
         while time.monotonic() < deadline:
             self.supervisor.check()
-            try:
-                r = httpx.get(f"{self.url}/health", timeout=2)
-                last = r.json()
-                routable = sum(1 for i in last.get("instances", {}).values() if i.get("routable"))
-                if r.status_code == 200 and routable >= expected:
-                    return
-            except (httpx.HTTPError, ValueError):
-                pass
+            ready = 0
+            for name in self.coordinator_names:
+                try:
+                    r = httpx.get(f"http://{self.config.host}:{self.replica_ports[name]}/health", timeout=2)
+                    last = r.json()
+                    routable = sum(1 for i in last.get("instances", {}).values() if i.get("routable"))
+                    ready += r.status_code == 200 and routable >= expected
+                except (httpx.HTTPError, ValueError):
+                    pass
+            if ready == len(self.coordinator_names):
+                return
             if time.monotonic() >= next_status:
                 self._fail_on_crash_loop()
                 next_status = time.monotonic() + 1.0
@@ -309,10 +360,21 @@ class Platform:
                 log.exception("supervisor pass failed; trying again")
 
     def stop(self) -> None:
-        """Coordinator first (finishes its streams), then the deployer (its workers drain), then the controller."""
-        self.supervisor.stop(STOP_ORDER)
+        """Coordinators first (they finish their streams), then the deployer (its workers drain),
+        then the controller; the API's socket last (a client connecting meanwhile waits in its
+        backlog, then finds it closed)."""
+        self.supervisor.stop(self.stop_order)
+        if self.public is not None:
+            self.public.close()
         if self._metrics_http is not None:
             self._metrics_http.shutdown()
+
+
+def _forget_replica_metrics(directory: Path, pid: int) -> None:
+    """A dead replica's live gauges leave the sums (its counters stay: totals never go down)."""
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(pid, str(directory))
 
 
 def _exists(client, name: str) -> bool:

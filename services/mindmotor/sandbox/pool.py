@@ -124,8 +124,11 @@ class HelperPool:
         return len(self._helpers)
 
     async def start(self) -> None:
+        """Start the helpers and wait (at most START_TIMEOUT_S) until they are ready; ones that
+        cannot start keep being retried in the background (calls wait for a live one)."""
         for _ in range(self.size):
             self._replace()
+        await asyncio.wait(set(self._starting), timeout=START_TIMEOUT_S)
 
     async def run(self, task: str, **args):
         """The task's result; InvalidRequest when it refused the input; HelperFailure otherwise."""
@@ -242,6 +245,7 @@ class HelperPool:
 
     def _child_env(self) -> dict[str, str]:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "GRPC_ENABLE_FORK_SUPPORT": "false", **(self.env or {})}
+        env.pop("PROMETHEUS_MULTIPROC_DIR", None)         # a coordinator replica's: not the helpers' business
         return env
 
     async def close(self) -> None:

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+
 from fastapi import APIRouter
 from starlette.responses import JSONResponse, Response
 
@@ -26,7 +28,10 @@ async def health(c: CoordinatorDep):
     """200 when at least one instance can take requests, else 503."""
     ok = c.table.has_routable()
     return JSONResponse({"status": "ok" if ok else "no_healthy_instance", "instances": _instances(c),
-                         "traffic": _traffic(c), "spec_helpers": c.specs.pool.live}, status_code=200 if ok else 503)
+                         "traffic": _traffic(c), "spec_helpers": c.specs.pool.live,
+                         "replica": {"pid": os.getpid(), "requests_in_flight": c.in_flight.requests,
+                                     "streams_in_flight": c.in_flight.streams}},
+                        status_code=200 if ok else 503)
 
 
 @router.get("/ready")
