@@ -2,17 +2,22 @@
 coordinator, the deployer and Redis are killed (SIGKILL) or frozen (SIGSTOP, then SIGCONT).
 
 One `mindmotor up` on 127.0.0.1 (2 workers of a tiny random-weight model emulating Qwen2-7B on a
-910B3 in realtime, API keys with a rate limit, so every request also goes through Redis) and its own
-`redis-server` on a free port (never the shared one: it gets killed). C closed-loop clients send
-greedy completions (`max_tokens` 8) one after the other, each with a 30 s timeout, for the whole
-run. The faults come one after the other; each owns the time from its injection until the next
+910B3 in realtime, two coordinator replicas, API keys with a rate limit, so every request also goes
+through Redis) and its own `redis-server` on a free port (never the shared one: it gets killed). C
+closed-loop clients send greedy completions (`max_tokens` 8) one after the other, each with a 30 s
+timeout, for the whole run, through the openai SDK with its default retries on connection errors
+(2) — half of them non-streamed, half streamed (`--streams` sets how many stream). The faults come one after the other; each owns the time from its injection until the next
 one's: `--window` seconds, then until the platform is whole again (every worker routable, a
 request answered; at most 60 s more), then 1 s.
 
-Per fault: requests sent (in its window), succeeded (2xx), 4xx, 5xx, lost (no HTTP answer: refused
-connection, reset, timeout), and the longest outage — the longest time between two successive
-successful answers (across all clients) that overlaps its window. The baseline row shows what
-that gap is without a fault.
+Per fault: requests sent (in its window), succeeded (2xx), 4xx, 5xx, lost (no complete answer
+after the SDK's retries: reset, timeout, a stream cut), of them streams and non-streamed, refused
+connections, and the longest outage — the longest time between two successive successful answers
+(across all clients) that overlaps its window. The baseline row shows what that gap is without a
+fault. The coordinator fault SIGKILLs one replica; its row also has `in_flight_on_killed` (the
+requests and streams that replica had open, read from its own port just before the kill: what
+its death can cost at most) and `replica_restored_s` (from the kill until `up` has it serving
+again).
 
     .venv/bin/python benchmarks/faults.py                   # about 3 minutes
     .venv/bin/python benchmarks/faults.py --quick           # fewer faults, shorter windows
@@ -88,6 +93,27 @@ class Redis:
         return self.child.proc.pid
 
 
+def _arg(pid: int, flag: str) -> str:
+    args = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    return args[args.index(flag) + 1]
+
+
+def _service_up(up: ChildProcess, service: str) -> bool:
+    """up's own /metrics: `mindmotor_up_service_up{service}` is 1 (it printed its ready line)."""
+    import ssl
+
+    context = ssl.create_default_context(cafile=str(Path(up.ready["logs"]) / "pki" / "ca.pem"))
+    try:
+        text = httpx.get(f"https://127.0.0.1:{up.ready['metrics_port']}/metrics", verify=context, timeout=3).text
+    except httpx.HTTPError:
+        return False
+    return f'mindmotor_up_service_up{{service="{service}"}} 1.0' in text
+
+
+def _alive_pids(pids: list[int]) -> list[int]:
+    return [p for p in pids if Path(f"/proc/{p}").exists()]
+
+
 def service_pids(up: ChildProcess, command: str) -> list[int]:
     pids = []
     for pid in descendants(up.proc.pid):
@@ -105,34 +131,44 @@ def service_pids(up: ChildProcess, command: str) -> list[int]:
 class Result:
     sent: float
     done: float
-    status: int            # 0: no HTTP answer
+    status: int            # 0: no complete answer
+    stream: bool = False
+    refused: bool = False  # the connection was refused (after the SDK's retries)
 
 
 class Load:
-    def __init__(self, url: str, model: str, clients: int):
+    def __init__(self, url: str, model: str, clients: int, streams: int):
         self.url, self.model, self.clients = url, model, clients
         self.results: list[Result] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._client, args=(i,), daemon=True) for i in range(clients)]
+        self._threads = [threading.Thread(target=self._client, args=(i, i < streams), daemon=True)
+                         for i in range(clients)]
 
-    def _client(self, index: int) -> None:
+    def _client(self, index: int, stream: bool) -> None:
+        import openai
+
         n = 0
-        with httpx.Client(timeout=REQUEST_TIMEOUT_S, headers={"Authorization": f"Bearer {API_KEY}"}) as http:
-            while not self._stop.is_set():
-                n += 1
-                sent = time.monotonic()
-                try:
-                    r = http.post(f"{self.url}/v1/completions", json={
-                        "model": self.model, "prompt": f"client {index} request {n}: def f(x):",
-                        "max_tokens": 8, "temperature": 0})
-                    status = r.status_code
-                except httpx.HTTPError:
-                    status = 0
-                with self._lock:
-                    self.results.append(Result(sent, time.monotonic(), status))
-                if status != 200:
-                    self._stop.wait(0.05)          # a refused connection is instant: do not spin
+        sdk = openai.OpenAI(base_url=f"{self.url}/v1", api_key=API_KEY, timeout=REQUEST_TIMEOUT_S)  # 2 retries
+        while not self._stop.is_set():
+            n += 1
+            sent = time.monotonic()
+            status, refused = 200, False
+            try:
+                out = sdk.completions.create(model=self.model, prompt=f"client {index} request {n}: def f(x):",
+                                             max_tokens=8, temperature=0, stream=stream)
+                if stream:
+                    finished = [c.choices[0].finish_reason for c in out if c.choices]
+                    status = 200 if finished and finished[-1] else 0
+            except openai.APIStatusError as exc:
+                status = exc.status_code
+            except (openai.APIConnectionError, httpx.HTTPError) as exc:
+                status = 0
+                refused = isinstance(exc.__cause__, httpx.ConnectError) or isinstance(exc, httpx.ConnectError)
+            with self._lock:
+                self.results.append(Result(sent, time.monotonic(), status, stream, refused))
+            if status != 200:
+                self._stop.wait(0.05)          # a refused connection is instant: do not spin
 
     def start(self) -> None:
         for t in self._threads:
@@ -155,17 +191,19 @@ def summarize(name: str, results: list[Result], start: float, end: float) -> dic
     for a, b in zip(ok, ok[1:]):
         if b > start and a < end:
             outage = max(outage, b - a)
+    lost = [r for r in mine if r.status == 0]
     return {"fault": name, "sent": len(mine), "succeeded": sum(r.status == 200 for r in mine),
             "4xx": sum(400 <= r.status < 500 for r in mine), "5xx": sum(r.status >= 500 for r in mine),
-            "lost": sum(r.status == 0 for r in mine), "longest_outage_s": round(outage, 3),
-            "window_s": round(end - start, 2)}
+            "lost": len(lost), "lost_streams": sum(r.stream for r in lost),
+            "lost_non_streamed": sum(not r.stream for r in lost), "refused": sum(r.refused for r in mine),
+            "longest_outage_s": round(outage, 3), "window_s": round(end - start, 2)}
 
 
 # ---- the run ------------------------------------------------------------------------------------
 @dataclass
 class Fault:
     name: str
-    inject: Callable[[], None]
+    inject: Callable[[], dict | None]       # may return figures for the fault's row
     recover: Callable[[], None] = lambda: None
     hold_s: float = 0.0                     # SIGSTOP: frozen this long, then recover()
 
@@ -195,6 +233,27 @@ class Bench:
         def recover():
             os.kill(self.frozen.pop(), signal.SIGCONT)
         return inject, recover
+
+    def kill_coordinator_replica(self) -> dict:
+        """SIGKILL coordinator replica 0, after reading what it has in flight from its own port; the
+        row gets `in_flight_on_killed` and, once up has it serving again, `replica_restored_s`."""
+        port = self.up.ready["coordinator_ports"].split(",")[0]
+        health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).json()["replica"]
+        pid = health["pid"]
+        name = _arg(pid, "--coordinator-id").removeprefix("up-")
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        restored = None
+        while time.monotonic() < killed + RECOVER_TIMEOUT_S:
+            replaced = any(p != pid and f"up-{name}" in Path(f"/proc/{p}/cmdline").read_text(errors="replace")
+                           for p in _alive_pids(service_pids(self.up, "coordinator")))
+            if replaced and _service_up(self.up, name):
+                restored = round(time.monotonic() - killed, 2)
+                break
+            time.sleep(0.05)
+        return {"in_flight_on_killed": {"requests": health["requests_in_flight"],
+                                        "streams": health["streams_in_flight"]},
+                "replica_restored_s": restored}
 
     def whole(self) -> bool:
         url = self.up.ready["url"]
@@ -226,12 +285,12 @@ def faults(bench: Bench, quick: bool, hold_s: float) -> list[Fault]:
         Fault(f"controller SIGSTOP {hold_s:g} s", controller_stop, controller_cont, hold_s),
         Fault(f"redis SIGSTOP {hold_s:g} s", redis_stop, redis_cont, hold_s),
         Fault("redis SIGKILL + restart empty", redis_kill),
-        Fault("coordinator SIGKILL", bench.kill("coordinator")),
+        Fault("coordinator replica SIGKILL", bench.kill_coordinator_replica),
         Fault("deployer SIGKILL", bench.kill("deployer")),
     ]
     if quick:
         keep = {"baseline", "worker SIGKILL", "controller SIGKILL", "redis SIGKILL + restart empty",
-                "coordinator SIGKILL"}
+                "coordinator replica SIGKILL"}
         chosen = [f for f in chosen if f.name in keep]
     return chosen
 
@@ -255,13 +314,13 @@ def run(args: argparse.Namespace) -> dict:
     try:
         up.wait_ready(300)
         log(f"platform up at {up.ready['url']}; logs in {tmp}")
-        load = Load(up.ready["url"], model_dir.name, args.clients)
+        load = Load(up.ready["url"], model_dir.name, args.clients, args.streams)
         load.start()
         time.sleep(2.0)                                     # the load reaches its steady state
         for fault in faults(bench, args.quick, args.hold):
             start = time.monotonic()
             log(f"{fault.name} ...")
-            fault.inject()
+            figures = fault.inject() or {}
             if fault.hold_s:
                 time.sleep(fault.hold_s)
                 fault.recover()
@@ -273,6 +332,7 @@ def run(args: argparse.Namespace) -> dict:
             time.sleep(1.0)
             row = summarize(fault.name, load.snapshot(), start, time.monotonic())
             row["recovered"] = recovered
+            row.update(figures)
             rows.append(row)
             log(json.dumps(row))
             if not up.alive():
@@ -293,17 +353,24 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def print_table(result: dict) -> None:
-    head = f"{'fault':34} {'sent':>6} {'ok':>6} {'4xx':>5} {'5xx':>5} {'lost':>5} {'outage s':>9} recovered"
+    head = (f"{'fault':34} {'sent':>6} {'ok':>6} {'4xx':>5} {'5xx':>5} {'lost':>5} {'(strm':>5} {'non)':>5} "
+            f"{'refus':>5} {'outage s':>9} recovered")
     print(head)
     print("-" * len(head))
     for r in [*result["faults"], result["total"]]:
         print(f"{r['fault']:34} {r['sent']:6d} {r['succeeded']:6d} {r['4xx']:5d} {r['5xx']:5d} {r['lost']:5d} "
-              f"{r['longest_outage_s']:9.2f} {r.get('recovered', '')}")
+              f"{r['lost_streams']:5d} {r['lost_non_streamed']:5d} {r['refused']:5d} {r['longest_outage_s']:9.2f} "
+              f"{r.get('recovered', '')}")
+        if "in_flight_on_killed" in r:
+            print(f"{'':34} in flight on the killed replica: {r['in_flight_on_killed']}; "
+                  f"back serving after {r['replica_restored_s']} s")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=4, help="closed-loop clients (default: %(default)s)")
+    parser.add_argument("--streams", type=int, default=None,
+                        help="of the clients, how many stream (default: half)")
     parser.add_argument("--workers", type=int, default=2, help="(default: %(default)s)")
     parser.add_argument("--window", type=float, default=10.0,
                         help="seconds each fault's window lasts at least (default: %(default)s)")
@@ -313,6 +380,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.quick:
         args.window = min(args.window, 5.0)
+    if args.streams is None:
+        args.streams = args.clients // 2
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     result = run(args)
     print_table(result)

@@ -437,7 +437,8 @@ MindMotor is up: {platform.url}/v1   ({workers} workers; logs in {platform.log_d
   curl {platform.url}/v1/completions{auth} -H 'Content-Type: application/json' \\
     -d '{{"model": "{spec.model}", "prompt": "def fibonacci(n):", "max_tokens": 48, "temperature": 0}}'
 
-  API + /metrics      {platform.url}
+  API + /metrics      {platform.url}   ({cfg.coordinators} coordinator replicas; each alone on its port:
+                      {", ".join(f"http://{cfg.host}:{platform.replica_ports[n]}" for n in platform.coordinator_names)})
   controller gRPC     {platform.controller_address}
   controller admin    https://{cfg.host}:{ports.controller_admin}   (/health, /metrics, /v1/instances)
   deployer gRPC       {platform.deployer_address}
@@ -451,5 +452,7 @@ MindMotor is up: {platform.url}/v1   ({workers} workers; logs in {platform.log_d
 Ctrl-C drains and stops everything.
 {READY_PREFIX} url={platform.url} port={platform.port} controller_port={ports.controller} \
 controller_admin_port={ports.controller_admin} deployer_port={ports.deployer} \
-deployer_metrics_port={ports.deployer_metrics} metrics_port={platform.metrics_port} logs={platform.log_dir}""",
+deployer_metrics_port={ports.deployer_metrics} metrics_port={platform.metrics_port} \
+coordinator_ports={",".join(str(platform.replica_ports[n]) for n in platform.coordinator_names)} \
+logs={platform.log_dir}""",
           flush=True)
