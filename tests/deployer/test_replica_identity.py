@@ -1,8 +1,8 @@
 """Each local replica's own certificate (deployer/backends/replica_identity.py): under mutual TLS a
 deployer without the worker CA refuses to start (its replicas could not prove who they are) and
 one given the root CA in its place too; a running replica whose certificate would expire within a
-day is drained (so that the reconcile loop starts it again with a new one) and its files go with
-it. (That every replica presents its own identity under a real deployer: tests/security/
+day is drained, one replica of a version at a time (so that the reconcile loop starts it again
+with a new one), and its files go with it. (That every replica presents its own identity under a real deployer: tests/security/
 test_worker_identity.py.)"""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from dataclasses import asdict
 import pytest
 
 from mindmotor.common import certs, rpc
+from mindmotor.common.waiting import wait_until
 from mindmotor.deployer.backends.base import RUNNING, STOPPING, Replica
 from mindmotor.deployer.backends.local import STATE_FILE, LocalBackend
 from mindmotor.deployer.backends.local_process import proc_start_time
@@ -43,13 +44,23 @@ def test_under_mutual_tls_the_deployer_needs_the_worker_ca(tmp_path):
     assert plain.issue("demo-v1-0") == ({}, None)                                 # token or open mode
 
 
+# a replica that notes SIGTERM in a file and stays until it is killed (a drain that takes a while)
+REPLICA = """
+import signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: open(sys.argv[1] + ".sigterm", "w").close())
+open(sys.argv[1] + ".up", "w").close()
+time.sleep(60)
+"""
+
+
 @pytest.mark.asyncio
-async def test_a_replica_whose_certificate_expires_within_a_day_is_drained(tmp_path):
+async def test_replicas_whose_certificates_expire_within_a_day_are_drained_one_at_a_time(tmp_path):
     now = time.time()
     records, processes = {}, {}
-    for slot, expires_in in ((0, 3600.0), (1, 10 * 86400.0)):
+    for slot, expires_in in ((0, 3600.0), (1, 7200.0), (2, 10 * 86400.0)):
         instance = f"demo-v1-{slot}"
-        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "--worker-id", instance])
+        proc = subprocess.Popen([sys.executable, "-c", REPLICA, str(tmp_path / instance),
+                                 "--worker-id", instance])
         processes[instance] = proc
         (tmp_path / "certs" / instance).mkdir(parents=True)
         records[f"demo/v1/{slot}"] = {
@@ -58,15 +69,23 @@ async def test_a_replica_whose_certificate_expires_within_a_day_is_drained(tmp_p
                         "cmdline_mark": f"--worker-id\0{instance}\0"},
             "ready": {"port": "1"}, "cert_expires": now + expires_in}
     (tmp_path / STATE_FILE).write_text(json.dumps(records))
+    wait_until(lambda: all((tmp_path / f"{i}.up").exists() for i in processes), timeout=10, interval=0.02,
+               what="the replicas to be up")
     backend = LocalBackend("127.0.0.1:1", tmp_path, anchor=os.getpid())
+
+    async def phases() -> dict[str, str]:
+        return {r.instance_id: r.phase for r in await backend.observe()}
+
     try:
-        assert backend.adopted == 2
-        phases = {r.instance_id: r.phase for r in await backend.observe()}
-        assert phases == {"demo-v1-0": STOPPING, "demo-v1-1": RUNNING}
-        assert processes["demo-v1-0"].wait(timeout=10) != 0                      # it got SIGTERM
-        phases = {r.instance_id: r.phase for r in await backend.observe()}
-        assert phases == {"demo-v1-1": RUNNING}                                   # its slot is free to start again
-        assert not (tmp_path / "certs" / "demo-v1-0").exists() and (tmp_path / "certs" / "demo-v1-1").exists()
+        assert backend.adopted == 3
+        assert await phases() == {"demo-v1-0": STOPPING, "demo-v1-1": RUNNING, "demo-v1-2": RUNNING}
+        assert await phases() == {"demo-v1-0": STOPPING, "demo-v1-1": RUNNING, "demo-v1-2": RUNNING}   # one at a time
+        wait_until(lambda: (tmp_path / "demo-v1-0.sigterm").exists(), timeout=10, interval=0.02,
+                   what="replica 0 to get SIGTERM")
+        processes["demo-v1-0"].kill()                                             # it has drained
+        processes["demo-v1-0"].wait()
+        assert await phases() == {"demo-v1-1": STOPPING, "demo-v1-2": RUNNING}     # its slot is free; the next one
+        assert not (tmp_path / "certs" / "demo-v1-0").exists() and (tmp_path / "certs" / "demo-v1-2").exists()
     finally:
         for proc in processes.values():
             proc.kill()

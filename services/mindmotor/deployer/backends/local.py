@@ -23,8 +23,8 @@ The records are local (processes are local), so this works with an in-memory sto
 
 Identity: under mutual TLS each replica starts with a certificate of its own,
 `mindmotor://worker/<instance id>` (`replica_identity.py`), issued at every (re)start; a running
-replica whose certificate would expire within a day is drained, and the reconcile loop starts it
-again with a new one (certificates are read at start).
+replica whose certificate would expire within a day is drained — one replica of a version at a
+time — and the reconcile loop starts it again with a new one (certificates are read at start).
 """
 
 from __future__ import annotations
@@ -104,6 +104,7 @@ class LocalBackend(Backend):
         now = self.clock()
         for key, local in list(self._replicas.items()):
             self._refresh(key, local, now)
+        self._renew_certificates(now)
         self._save()
         return [local.replica for local in self._replicas.values()]
 
@@ -216,6 +217,23 @@ class LocalBackend(Backend):
                                            "instance_id": worker_id, "pid": process.pid, "log": str(log_path),
                                            "role": target.version.role_of(slot), "anchor": self.anchor})
 
+    def _renew_certificates(self, now: float) -> None:
+        """Drain a running replica whose certificate expires within a day (the reconcile loop
+        starts it again with a new one): per version the soonest one, and only while no other
+        replica of that version is starting or stopping — renewal never takes out more than one
+        replica of a version at a time."""
+        for deployment, version in sorted({key[:2] for key in self._replicas}):
+            mine = self._of(deployment, version)
+            if any(local.replica.phase in (STARTING, STOPPING) for _, local in mine):
+                continue
+            due = [(key, local) for key, local in mine if local.replica.phase == RUNNING and local.cert_expires
+                   and now > local.cert_expires - RENEW_BEFORE_S]
+            if due:
+                key, local = min(due, key=lambda item: item[1].cert_expires)
+                log.info("replica's certificate expires soon; draining it to start it again with a new one", extra={
+                    "deployment": deployment, "version": version, "slot": key[2], "cert_expires": local.cert_expires})
+                self._drain(key, local)
+
     def _forget(self, key: Key, local: _Local) -> None:
         del self._replicas[key]
         self.identities.forget(local.replica.instance_id)
@@ -252,10 +270,6 @@ class LocalBackend(Backend):
             local.replica = replace(replica, phase=RUNNING)
             log.info("replica serving", extra={"deployment": key[0], "version": key[1], "slot": key[2],
                                                "port": ready.get("port")})
-        elif replica.phase == RUNNING and local.cert_expires and now > local.cert_expires - RENEW_BEFORE_S:
-            log.info("replica's certificate expires soon; draining it to start it again with a new one", extra={
-                "deployment": key[0], "version": key[1], "slot": key[2], "cert_expires": local.cert_expires})
-            self._drain(key, local)
         elif replica.phase == STOPPING and now > local.stop_deadline:
             log.warning("replica did not drain in time; killing it", extra={
                 "deployment": key[0], "version": key[1], "slot": key[2]})
