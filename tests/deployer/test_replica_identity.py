@@ -2,8 +2,8 @@
 deployer without the worker CA refuses to start (its replicas could not prove who they are) and
 one given the root CA in its place too; a running replica whose certificate would expire within a
 day is drained, one replica of a version at a time (so that the reconcile loop starts it again
-with a new one), and its files go with it. (That every replica presents its own identity under a real deployer: tests/security/
-test_worker_identity.py.)"""
+with a new one), and its files go with it. (That every replica presents its own identity under a
+real deployer: tests/security/test_worker_identity.py.)"""
 
 from __future__ import annotations
 

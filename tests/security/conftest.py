@@ -121,7 +121,8 @@ def start_cluster(mode: str, env: dict[str, dict[str, str]], model: Path, log_di
         cluster.worker_metrics = f"{cluster.side_scheme}://127.0.0.1:{ready['metrics_port']}/metrics"
         cluster.replica_log_dir = log_dir / "replicas"
         ready = cluster.start("deployer", ["deployer", "--host", "127.0.0.1", "--port", "0", "--metrics-port", "0",
-                                           "--controller", cluster.controller, "--log-dir", str(cluster.replica_log_dir)],
+                                           "--controller", cluster.controller,
+                                           "--log-dir", str(cluster.replica_log_dir)],
                               "MINDMOTOR_DEPLOYER_READY", log_dir, "deployer")
         cluster.deployer = f"127.0.0.1:{ready['port']}"
         ready = cluster.start("coordinator", ["coordinator", "--host", "127.0.0.1", "--port", "0",
