@@ -23,16 +23,19 @@ from mindmotor.protocol import controller_pb2, controller_pb2_grpc, worker_pb2, 
 
 START_TIMEOUT_S = 90.0
 WORKER_ID = "worker-0-0"
-SERVICES = {"controller": "controller", "worker": "worker", "coordinator": "coordinator", "deployer": "deployer",
+SERVICES = {"controller": "controller", WORKER_ID: "worker", "coordinator": "coordinator", "deployer": "deployer",
             "admin": "admin", "other-worker": "worker"}
 TOKEN = given_secret("cluster-token-for-tests-0123456789")
 
 
 @pytest.fixture(scope="session")
 def pki(tmp_path_factory) -> dict[str, certs.CertPaths]:
-    """name → certificate files; plus "foreign" (another CA's admin) and "expired" (ours, expired)."""
+    """name → certificate files ("worker": the one of WORKER_ID, the worker's instance id); plus
+    "foreign" (another CA's admin), "expired" (ours, expired) and "worker-ca" (the Deployer's)."""
     state = tmp_path_factory.mktemp("state")
     files = certs.ensure_cluster_pki(state, SERVICES)
+    files["worker"] = files[WORKER_ID]
+    files["worker-ca"] = certs.ensure_worker_ca(state)
     other = tmp_path_factory.mktemp("other-ca")
     certs.init_ca(other)
     files["foreign"] = certs.issue(other, "intruder", "admin")
@@ -64,6 +67,7 @@ class Cluster:
     coordinator_url: str = ""
     children: list[ChildProcess] = field(default_factory=list)
     verify: ssl.SSLContext | bool = True      # for the HTTP side ports: HTTPS with the cluster CA under mTLS
+    replica_log_dir: Path | None = None       # the deployer's --log-dir (its replicas' logs and certificates)
 
     @property
     def side_scheme(self) -> str:
@@ -115,8 +119,10 @@ def start_cluster(mode: str, env: dict[str, dict[str, str]], model: Path, log_di
                               "MINDMOTOR_WORKER_READY", log_dir, "worker")
         cluster.worker = f"127.0.0.1:{ready['port']}"
         cluster.worker_metrics = f"{cluster.side_scheme}://127.0.0.1:{ready['metrics_port']}/metrics"
+        cluster.replica_log_dir = log_dir / "replicas"
         ready = cluster.start("deployer", ["deployer", "--host", "127.0.0.1", "--port", "0", "--metrics-port", "0",
-                                           "--controller", cluster.controller, "--log-dir", str(log_dir / "replicas")],
+                                           "--controller", cluster.controller,
+                                           "--log-dir", str(cluster.replica_log_dir)],
                               "MINDMOTOR_DEPLOYER_READY", log_dir, "deployer")
         cluster.deployer = f"127.0.0.1:{ready['port']}"
         ready = cluster.start("coordinator", ["coordinator", "--host", "127.0.0.1", "--port", "0",
@@ -161,7 +167,8 @@ def code_of(call) -> grpc.StatusCode | None:
 @pytest.fixture(scope="module")
 def mtls_cluster(pki, tiny_ckpt, tmp_path_factory):
     env = {name: pki[name].env() for name in ("controller", "worker", "deployer", "coordinator")}
-    env["deployer"].update({rpc.ENV_REPLICA_CERT: str(pki["worker"].cert), rpc.ENV_REPLICA_KEY: str(pki["worker"].key)})
+    env["deployer"].update({"MINDMOTOR_WORKER_CA_CERT": str(pki["worker-ca"].cert),
+                            "MINDMOTOR_WORKER_CA_KEY": str(pki["worker-ca"].key)})
     cluster = start_cluster("mtls", env, tiny_ckpt, tmp_path_factory.mktemp("mtls-logs"))
     yield cluster
     cluster.stop()

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from mindmotor.common import certs
@@ -93,3 +94,90 @@ def test_a_service_given_a_certificate_its_cluster_would_refuse_does_not_start(t
     bundle = tmp_path / "both.pem"                      # a CA rotation: either CA's certificates are good
     bundle.write_bytes((ours / "ca.pem").read_bytes() + (theirs / "ca.pem").read_bytes())
     assert rpc.RpcSecurity.load(str(bundle), str(foreign.cert), str(foreign.key)).mode == "mtls"
+
+
+def test_the_worker_ca_certifies_workers_only(tmp_path):
+    from mindmotor.common import rpc
+
+    certs.init_ca(tmp_path)
+    made = certs.init_worker_ca(tmp_path)
+    ca = (tmp_path / "ca.pem").read_bytes()
+    wca = x509.load_pem_x509_certificate(made.cert.read_bytes())
+    basic = wca.extensions.get_extension_for_class(x509.BasicConstraints)
+    names = wca.extensions.get_extension_for_class(x509.NameConstraints)
+    assert (basic.value.ca, basic.value.path_length, names.critical) == (True, 0, True)
+    assert list(names.value.permitted_subtrees) == [x509.UniformResourceIdentifier("worker")]
+    assert made.key.stat().st_mode & 0o777 == 0o600 and certs.verify_peer(made.cert.read_bytes(), ca) is None
+
+    issuer = certs.WorkerCA.load(made.cert, made.key, ca)
+    leaf = issuer.issue("demo-v1-0", ["127.0.0.1"], tmp_path / "replica")
+    chain = x509.load_pem_x509_certificates(leaf.cert.read_bytes())
+    assert len(chain) == 2 and chain[1] == wca                      # the leaf, then the worker CA
+    assert certs.identity_of(leaf.cert.read_bytes()) == certs.Identity("worker", "demo-v1-0")
+    assert (tmp_path / "replica").stat().st_mode & 0o777 == 0o700
+    assert leaf.key.stat().st_mode & 0o777 == 0o600 and leaf.cert.stat().st_mode & 0o777 == 0o600
+    life = chain[0].not_valid_after_utc - chain[0].not_valid_before_utc
+    assert datetime.timedelta(days=certs.REPLICA_DAYS) <= life <= datetime.timedelta(days=certs.REPLICA_DAYS, hours=1)
+    assert certs.verify_peer(leaf.cert.read_bytes(), ca) is None
+    assert certs.peer_identity(chain[0].public_bytes(serialization.Encoding.PEM), ca).name == "demo-v1-0"
+    assert rpc.RpcSecurity.load(str(tmp_path / "ca.pem"), str(leaf.cert), str(leaf.key)).mode == "mtls"
+    # a leaf alone (without the worker CA after it) is not vouched for by the root
+    alone = chain[0].public_bytes(serialization.Encoding.PEM)
+    assert certs.verify_peer(alone, ca) == "certificate not issued by the cluster CA"
+
+    for cert, key, problem in ((tmp_path / "ca.pem", tmp_path / "ca-key.pem", "is not a worker CA"),   # the root
+                               (made.cert, tmp_path / "ca-key.pem", "is not the key of the worker CA")):
+        try:
+            certs.WorkerCA.load(cert, key, ca)
+            raise AssertionError("accepted")
+        except certs.CertError as exc:
+            assert problem in str(exc)
+    try:
+        issuer.issue("../x", ["127.0.0.1"], tmp_path / "bad")
+        raise AssertionError("accepted")
+    except certs.CertError as exc:
+        assert "certificate name" in str(exc)
+
+
+def test_a_root_ca_from_before_the_worker_ca_is_replaced_where_up_manages_it(tmp_path):
+    from cryptography.hazmat.primitives import hashes
+
+    directory = tmp_path / "pki"                     # a root as `certs init` made them: pathLenConstraint 0
+    directory.mkdir()
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(x509.oid.NameOID.COMMON_NAME, "old CA")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    old = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+           .serial_number(1).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=10))
+           .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True).sign(key, hashes.SHA256()))
+    (directory / "ca.pem").write_bytes(old.public_bytes(serialization.Encoding.PEM))
+    (directory / "ca-key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                                             serialization.PrivateFormat.PKCS8,
+                                                             serialization.NoEncryption()))
+    try:
+        certs.init_worker_ca(directory)
+        raise AssertionError("an intermediate below a pathLenConstraint 0 root")
+    except certs.CertError as exc:
+        assert "pathLenConstraint 0" in str(exc) and "--force" in str(exc)
+    files = certs.ensure_cluster_pki(tmp_path, {"admin": "admin"})
+    root = (directory / "ca.pem").read_bytes()
+    assert root != old.public_bytes(serialization.Encoding.PEM)
+    assert certs.can_certify_a_ca(x509.load_pem_x509_certificate(root))
+    assert certs.verify_peer(files["admin"].cert.read_bytes(), root) is None
+    first = certs.ensure_worker_ca(tmp_path)
+    assert certs.ensure_worker_ca(tmp_path).cert.read_bytes() == first.cert.read_bytes()     # kept while good
+
+
+def test_the_worker_ca_command(tmp_path):
+    pki = str(tmp_path / "pki")
+    assert run("worker-ca", "--dir", pki).returncode == 1                   # no cluster CA yet
+    assert run("init", "--dir", pki).returncode == 0
+    done = run("worker-ca", "--dir", pki, "--out", str(tmp_path / "deployer"))
+    assert done.returncode == 0, done.stderr
+    assert "--worker-ca-cert" in done.stdout and (tmp_path / "deployer" / "worker-ca-key.pem").stat().st_mode & 0o777 \
+        == 0o600
+    issuer = certs.WorkerCA.load(tmp_path / "deployer" / "worker-ca.pem", tmp_path / "deployer" / "worker-ca-key.pem",
+                                 (tmp_path / "pki" / "ca.pem").read_bytes())
+    leaf = issuer.issue("w-1", ["127.0.0.1"], tmp_path / "w-1")
+    shown = run("show", str(leaf.cert))
+    assert "identity: worker/w-1" in shown.stdout and "chain:    CN=MindMotor worker CA" in shown.stdout

@@ -44,7 +44,7 @@ def test_every_grpc_port_speaks_only_tls(mtls_cluster, pki):
                 context.wrap_socket(raw, server_hostname=host) as conn:
             assert conn.version() in ("TLSv1.2", "TLSv1.3")
             sans = dict((kind, value) for kind, value in conn.getpeercert()["subjectAltName"] if kind == "URI")
-            assert sans["URI"] == f"mindmotor://{service}/{service}"
+            assert sans["URI"] == f"mindmotor://{service}/{WORKER_ID if service == 'worker' else service}"
         with rpc.channel(address, sec=tls(pki["admin"], ca)) as channel:   # health checks stay open to members
             assert health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5).status \
                 == health_pb2.HealthCheckResponse.SERVING
@@ -131,13 +131,14 @@ def test_a_live_instance_cannot_be_hijacked(mtls_cluster, pki):
     before = metric(admin_metrics, "mindmotor_controller_registrations_refused_total", mtls_cluster.verify)
     hijack = controller_pb2.RegisterRequest(instance_id=WORKER_ID, address=f"127.0.0.1:{fake_port}", model="tiny")
     try:
-        for name in ("other-worker", "worker"):       # another worker's certificate, and the same one
+        # another worker's certificate (not its instance), and the worker's own (not its address)
+        for name, reason in (("other-worker", "only register its own instance"), ("worker", "live")):
             with rpc.channel(mtls_cluster.controller, sec=tls(pki[name], ca)) as channel:
                 stub = controller_pb2_grpc.ControllerStub(channel)
                 with pytest.raises(grpc.RpcError) as refused:
                     stub.Register(hijack, timeout=5)
                 assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
-                assert "live" in refused.value.details()
+                assert reason in refused.value.details()
         with rpc.channel(mtls_cluster.controller, sec=tls(pki["other-worker"], ca)) as channel:
             stub = controller_pb2_grpc.ControllerStub(channel)
             beats = stub.Heartbeat(iter([controller_pb2.HeartbeatRequest(instance_id=WORKER_ID, state="draining")]),

@@ -56,3 +56,17 @@ def test_the_kv_host_budget_flag_takes_sizes_and_refuses_nonsense(capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["worker", "--kv-host-budget", "lots"])
     assert "not a size: 'lots'" in capsys.readouterr().err
+
+
+def test_under_mutual_tls_a_worker_registers_under_its_certificates_name(tmp_path):
+    from mindmotor.common import certs
+    from mindmotor.worker.cli import worker_id_for
+
+    certs.init_ca(tmp_path)
+    worker = certs.issue(tmp_path, "w-a", "worker").cert.read_bytes()
+    assert worker_id_for(None, worker) == "w-a"                     # --worker-id may be left out
+    assert worker_id_for("w-a", worker) == "w-a"
+    with pytest.raises(ValueError, match="is not this worker's certificate name"):
+        worker_id_for("w-b", worker)                                # the controller would refuse it
+    assert worker_id_for("w-b", None) == "w-b"                      # token or open mode: as given
+    assert worker_id_for("w-b", certs.issue(tmp_path, "ops", "admin").cert.read_bytes()) == "w-b"

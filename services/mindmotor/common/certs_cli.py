@@ -1,12 +1,19 @@
-"""`mindmotor certs`: the cluster CA and per-service certificates for mutual TLS (docs/security.md).
+"""`mindmotor certs`: the cluster CA, the worker CA and per-service certificates for mutual TLS
+(docs/security.md).
 
     mindmotor certs init --dir pki
-    mindmotor certs issue --dir pki --name worker-0 --role worker --host 10.0.0.5 --host w0.internal [--days 365]
-    mindmotor certs show pki/worker-0.pem
+    mindmotor certs issue --dir pki --name controller --role controller --host 10.0.0.2
+    mindmotor certs issue --dir pki --name worker-a --role worker --host 10.0.0.5   # one per worker instance
+    mindmotor certs worker-ca --dir pki [--out DIR] [--days 365]                     # for a Deployer
+    mindmotor certs show pki/worker-a.pem
 
 `issue` writes DIR/NAME.pem and DIR/NAME-key.pem (0600); a service takes them with
 `--tls-ca DIR/ca.pem --tls-cert DIR/NAME.pem --tls-key DIR/NAME-key.pem`. Roles: controller,
-worker, coordinator, deployer, trainer, admin (the operator's command-line tools).
+worker, coordinator, deployer, trainer, admin (the operator's command-line tools). A worker's NAME
+is its instance id (the controller lets it act on that instance only). `worker-ca` writes
+worker-ca.pem and worker-ca-key.pem (0600): an intermediate below the cluster CA that can certify
+workers only, with which a Deployer (`--worker-ca-cert/--worker-ca-key`) gives each local replica
+its own certificate.
 """
 
 from __future__ import annotations
@@ -37,6 +44,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     issue.add_argument("--days", type=int, default=365, help="validity (default: %(default)s)")
     issue.add_argument("--out", default=None, help="where to write NAME.pem and NAME-key.pem (default: --dir)")
     issue.set_defaults(func=run_issue)
+
+    wca = commands.add_parser("worker-ca", help="make the worker CA a Deployer issues its replicas' certificates with")
+    wca.add_argument("--dir", required=True, help="the cluster CA's directory")
+    wca.add_argument("--out", default=None, help="where to write worker-ca.pem and worker-ca-key.pem (default: --dir)")
+    wca.add_argument("--days", type=int, default=365, help="validity (default: %(default)s)")
+    wca.set_defaults(func=run_worker_ca)
 
     show = commands.add_parser("show", help="print a certificate's identity, hosts and validity")
     show.add_argument("cert")
@@ -73,6 +86,22 @@ def run_issue(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_worker_ca(args: argparse.Namespace) -> int:
+    from .certs import CertError, init_worker_ca
+
+    if args.days < 1:
+        print("error: --days must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        paths = init_worker_ca(args.dir, out=args.out, days=args.days)
+    except (CertError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"worker CA (certifies mindmotor://worker/* only): mindmotor deployer --worker-ca-cert {paths.cert} "
+          f"--worker-ca-key {paths.key} --tls-ca {paths.ca} ...")
+    return 0
+
+
 def run_show(args: argparse.Namespace) -> int:
     from cryptography import x509
 
@@ -91,6 +120,8 @@ def run_show(args: argparse.Namespace) -> int:
         hosts = []
     print(f"identity: {identity_of(pem) or '(none)'}")
     print(f"issuer:   {cert.issuer.rfc4514_string()}")
+    for extra in x509.load_pem_x509_certificates(pem)[1:]:
+        print(f"chain:    {extra.subject.rfc4514_string()} (issued by {extra.issuer.rfc4514_string()})")
     print(f"hosts:    {', '.join(hosts) or '(none)'}")
     print(f"valid:    {cert.not_valid_before_utc:%Y-%m-%d %H:%M} .. {cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC")
     return 0

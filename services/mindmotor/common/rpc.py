@@ -13,7 +13,8 @@ Settings (flags on every service, the environment otherwise):
 A client sends the token (metadata `x-mindmotor-cluster-token`) whenever it has one.
 
 Who a caller is: under mutual TLS the `mindmotor://ROLE/NAME` of its certificate (the handshake
-already refused certificates not from the cluster CA, expired ones, and none at all); with a
+already refused certificates not from the cluster CA, expired ones, and none at all; a role other
+than worker only from a certificate the root CA signed itself: `certs.peer_identity`); with a
 token, a cluster member (any role but deployer/admin when an admin token guards those) at its
 peer address; open, the same without a credential. The admin bearer token (`--admin-token`,
 metadata `authorization: Bearer`) adds the admin role in every mode. Health checks stay open.
@@ -24,6 +25,7 @@ counted in `mindmotor_rpc_refused_total{method,code}`.
 from __future__ import annotations
 
 import contextvars
+import functools
 import hmac
 import inspect
 import logging
@@ -35,7 +37,7 @@ from typing import Iterable, Mapping, Sequence
 import grpc
 
 from .admin_token import bearer_matches
-from .certs import ROLES, verify_peer
+from .certs import ROLES, CertError, Identity, peer_identity, verify_peer
 from .exposure import is_loopback
 from .redact import register_secret
 from .rpc_args import ENV_CA, ENV_CERT, ENV_KEY, ENV_TOKEN, ENV_TOKEN_FILE, add_arguments  # noqa: F401
@@ -339,6 +341,15 @@ class Refusal(Exception):
         self.code, self.message = code, message
 
 
+@functools.lru_cache(maxsize=1024)
+def _certificate_identity(cert_pem: bytes, ca_pem: bytes) -> Identity:
+    """`certs.peer_identity` of a handshake-verified client certificate, once per certificate (a
+    signature check with the root's key: only the root issues identities other than workers)."""
+    if not cert_pem:
+        raise CertError("no client certificate in the TLS session")
+    return peer_identity(cert_pem, ca_pem)
+
+
 class Authenticator:
     """Who a call comes from (its credential checked), and whether its roles allow the method."""
 
@@ -351,13 +362,12 @@ class Authenticator:
         host = peer_host(context.peer() or "")
         admin = bool(self.admin_token) and bearer_matches(metadata, self.admin_token)
         if self.sec.tls:
-            auth = context.auth_context()
-            uri = next(iter(auth.get("peer_uri") or auth.get("x509_subject_alternative_name") or ()), b"")
-            role, _, name = uri.decode(errors="replace").removeprefix("mindmotor://").partition("/")
-            if not uri.startswith(b"mindmotor://") or role not in ROLES or not name:
-                raise Refusal(grpc.StatusCode.UNAUTHENTICATED,
-                              "the client certificate names no mindmotor://ROLE/NAME identity")
-            return Caller("cert", frozenset({role}) | ({"admin"} if admin else set()), name, host)
+            pem = next(iter(context.auth_context().get("x509_pem_cert") or ()), b"")
+            try:
+                identity = _certificate_identity(pem, self.sec.ca or b"")
+            except CertError as exc:
+                raise Refusal(grpc.StatusCode.UNAUTHENTICATED, str(exc)) from None
+            return Caller("cert", frozenset({identity.role}) | ({"admin"} if admin else set()), identity.name, host)
         if self.sec.token:
             given = next((v for k, v in metadata if k == TOKEN_HEADER), None)
             if not isinstance(given, str) or not hmac.compare_digest(given.encode(), self.sec.token.encode()):
@@ -511,16 +521,3 @@ CONTROLLER_POLICY = Policy("mindmotor.v1.Controller", default=frozenset({"admin"
     "SetTraffic": frozenset({"deployer", "admin"})})
 DEPLOYER_POLICY = Policy("mindmotor.v1.Deployer", default=frozenset({"admin"}))
 TRAINER_POLICY = Policy("mindmotor.v1.Trainer", default=frozenset({"admin", "deployer"}))
-
-
-# ---- the certificate a deployer's local replicas get ---------------------------------------------
-ENV_REPLICA_CERT, ENV_REPLICA_KEY = "MINDMOTOR_REPLICA_TLS_CERT", "MINDMOTOR_REPLICA_TLS_KEY"
-
-
-def replica_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment a deployer's local worker replica runs with: the worker certificate in
-    $MINDMOTOR_REPLICA_TLS_CERT/_KEY in place of the deployer's own (the CA and the cluster token
-    are inherited as they are)."""
-    env = os.environ if environ is None else environ
-    cert, key = env.get(ENV_REPLICA_CERT), env.get(ENV_REPLICA_KEY)
-    return {ENV_CERT: cert, ENV_KEY: key} if cert and key else {}

@@ -49,6 +49,22 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         self.config = config
         self.accepting = True          # False once the controller shuts down
 
+    async def _check_self(self, instance_id: str, context, action: str) -> None:
+        """PERMISSION_DENIED unless a worker that proved who it is with a certificate acts on its
+        own instance: the id is its certificate's name (`mindmotor://worker/<instance id>`).
+        Operators (admin) act on any; token and open modes know workers by address only (the
+        owner binding of `_check_owner`)."""
+        caller = rpc.current_caller()
+        if caller is None or caller.kind != "cert" or "worker" not in caller.roles or "admin" in caller.roles:
+            return
+        if instance_id != caller.name:
+            self.metrics.registrations_refused.inc()
+            log.warning(f"{action} refused", extra={"instance_id": instance_id, "caller": str(caller),
+                                                    "reason": "not the caller's own instance"})
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                                f"mindmotor://worker/{caller.name} may only {action} its own instance "
+                                f"({caller.name}), not {instance_id}")
+
     async def _check_owner(self, instance_id: str, context, action: str) -> None:
         """PERMISSION_DENIED unless the caller is who registered the instance; an unknown
         instance passes (the handler says it is unknown)."""
@@ -75,6 +91,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         if not self.accepting:
             response.accepted, response.message = False, "controller is shutting down"
             return response
+        await self._check_self(request.instance_id, context, "register")
         caller = rpc.current_caller()
         try:
             record = await self.registry.register(request, owner=caller.identity if caller else "")
@@ -102,7 +119,8 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
                 if not beat.instance_id:
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "instance_id is required")
                 if beat.instance_id not in owned:
-                    await self._check_owner(beat.instance_id, context, "heartbeat")
+                    await self._check_self(beat.instance_id, context, "heartbeat for")
+                    await self._check_owner(beat.instance_id, context, "heartbeat for")
                     owned.add(beat.instance_id)
                 if beat.state and beat.state not in states.WORKER_STATES:
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
@@ -149,6 +167,7 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         return controller_pb2.ReportFailureResponse(found=True, state=record.state)
 
     async def Deregister(self, request, context):
+        await self._check_self(request.instance_id, context, "deregister")
         await self._check_owner(request.instance_id, context, "deregister")
         try:
             found = await self.registry.remove(request.instance_id)

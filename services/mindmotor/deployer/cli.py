@@ -111,6 +111,12 @@ def _register_deployer(subparsers) -> None:
     local.add_argument("--log-dir", default=None, help="replica logs (default: a temporary directory)")
     local.add_argument("--worker-host", default="127.0.0.1",
                        help="address local replicas listen on and advertise (default: %(default)s)")
+    local.add_argument("--worker-ca-cert", default=None, metavar="FILE",
+                       help="under mutual TLS: the worker CA that gives each replica its own certificate "
+                            "mindmotor://worker/<instance id> (`mindmotor certs worker-ca`; "
+                            "default: $MINDMOTOR_WORKER_CA_CERT)")
+    local.add_argument("--worker-ca-key", default=None, metavar="FILE",
+                       help="its key, mode 0600 (default: $MINDMOTOR_WORKER_CA_KEY)")
 
     k8s = parser.add_argument_group("kubernetes backend")
     k8s.add_argument("--k8s-namespace", default="default", help="(default: %(default)s)")
@@ -154,6 +160,8 @@ def config_from_args(args: argparse.Namespace):
         restart_max_s=args.restart_backoff_max, lease_ttl_s=args.lease_ttl, worker_host=args.worker_host,
         **({"deployer_id": args.deployer_id} if args.deployer_id else {}),
         log_dir=Path(args.log_dir) if args.log_dir else None,
+        worker_ca_cert=args.worker_ca_cert or os.environ.get("MINDMOTOR_WORKER_CA_CERT") or None,
+        worker_ca_key=args.worker_ca_key or os.environ.get("MINDMOTOR_WORKER_CA_KEY") or None,
         kubernetes=KubernetesSettings(namespace=args.k8s_namespace, image=args.k8s_image,
                                       controller=args.k8s_controller, checkpoint_claim=args.k8s_checkpoint_claim,
                                       checkpoint_mount=args.k8s_checkpoint_mount, api_server=args.k8s_api_server))

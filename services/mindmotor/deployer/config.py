@@ -56,6 +56,8 @@ class DeployerConfig:
     deployer_id: str = field(default_factory=default_deployer_id)   # the lease holder's name
     worker_host: str = "127.0.0.1"         # local replicas listen (and are reached) here
     log_dir: Path | None = None            # local replicas' logs; None: a temporary directory
+    worker_ca_cert: str | None = None      # local replicas under mutual TLS: the worker CA (certificate ...
+    worker_ca_key: str | None = None       # ... and key) that issues each its own certificate
     kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
     coordinators: tuple[str, ...] = ()     # coordinator base URLs whose /metrics canary analysis reads
     analysis: AnalysisSettings = field(default_factory=AnalysisSettings)   # defaults for every rollout

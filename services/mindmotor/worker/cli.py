@@ -27,7 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     net.add_argument("--port", type=int, default=50051, help="gRPC port; 0 picks a free one (default: %(default)s)")
     net.add_argument("--metrics-port", type=int, default=0,
                      help="Prometheus /metrics port; 0 picks a free one (default: %(default)s)")
-    net.add_argument("--worker-id", default=None, help="name in logs and Status (default: HOST-PID)")
+    net.add_argument("--worker-id", default=None,
+                     help="the instance id it registers with, in logs and Status (default: the name of its "
+                          "worker certificate under mutual TLS, else HOST-PID)")
     net.add_argument("--drain-timeout", type=float, default=30.0,
                      help="seconds SIGTERM waits for in-flight requests (default: %(default)s)")
     net.add_argument("--max-concurrent-requests", type=int, default=4096, metavar="N",
@@ -129,6 +131,23 @@ def config_from_args(args: argparse.Namespace):
                         **({"node": args.node} if args.node else {}))
 
 
+def worker_id_for(given: str | None, cert_pem: bytes | None) -> str:
+    """The id the worker registers with. Under mutual TLS with a worker certificate it is the
+    certificate's name (`mindmotor://worker/NAME`: the controller lets a worker act on its own
+    instance only), so `--worker-id` may be left out, and must match if given (ValueError)."""
+    from mindmotor.common.certs import identity_of
+
+    from .config import default_worker_id
+
+    identity = identity_of(cert_pem) if cert_pem else None
+    if identity is None or identity.role != "worker":
+        return given or default_worker_id()
+    if given and given != identity.name:
+        raise ValueError(f"--worker-id {given} is not this worker's certificate name ({identity.name}): the "
+                         f"controller accepts a worker's registration only under its certificate's name")
+    return identity.name
+
+
 def run_worker(args: argparse.Namespace) -> int:
     import asyncio
     import logging
@@ -138,10 +157,12 @@ def run_worker(args: argparse.Namespace) -> int:
     setup_logging("worker", args.log_level)
     log = logging.getLogger("mindmotor.worker")
     try:
-        config = config_from_args(args)
+        from dataclasses import replace
+
         from mindmotor.common.rpc import configure_from_args
 
-        configure_from_args(args)
+        sec = configure_from_args(args)
+        config = replace(config_from_args(args), worker_id=worker_id_for(args.worker_id, sec.cert))
         from .server import serve
 
         return asyncio.run(serve(config))

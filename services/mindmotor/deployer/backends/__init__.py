@@ -21,7 +21,13 @@ def make_backend(config: DeployerConfig) -> Backend:
         k8s = config.kubernetes
         return KubernetesBackend(KubeHTTPAPI.in_cluster(k8s.api_server), k8s.namespace, k8s.image,
                                  k8s.controller or config.controllers, k8s.checkpoint_claim, k8s.checkpoint_mount)
+    from mindmotor.common.rpc import security
+
     from .local import LocalBackend
+    from .replica_identity import ReplicaIdentities
 
     log_dir = config.log_dir or Path(tempfile.mkdtemp(prefix="mindmotor-deployer-"))
-    return LocalBackend(config.controllers, log_dir, host=config.worker_host, drain_timeout_s=config.drain_timeout_s)
+    identities = ReplicaIdentities.from_settings(config.worker_ca_cert, config.worker_ca_key, security(), log_dir,
+                                                 config.worker_host)
+    return LocalBackend(config.controllers, log_dir, host=config.worker_host, drain_timeout_s=config.drain_timeout_s,
+                        identities=identities)

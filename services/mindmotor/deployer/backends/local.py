@@ -20,6 +20,11 @@ a crash) costs no worker: its replicas go on serving and the restarted deployer 
 A deployer run on its own is its replicas' anchor: when it dies they die with it (the kernel's
 SIGKILL), and when it stops (SIGTERM) it drains them first — no process is left behind either way.
 The records are local (processes are local), so this works with an in-memory store too.
+
+Identity: under mutual TLS each replica starts with a certificate of its own,
+`mindmotor://worker/<instance id>` (`replica_identity.py`), issued at every (re)start; a running
+replica whose certificate would expire within a day is drained — one replica of a version at a
+time — and the reconcile loop starts it again with a new one (certificates are read at start).
 """
 
 from __future__ import annotations
@@ -35,12 +40,13 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from mindmotor.common.rpc import replica_env
+from mindmotor.common.certs import CertError
 from mindmotor.launcher.subreaper import become_subreaper
 
 from .base import CRASHED, RUNNING, STARTING, STOPPING, Backend, Replica, VersionTarget
 from .command import instance_id, worker_args
 from .local_process import ReplicaProcess, SpawnError
+from .replica_identity import ReplicaIdentities
 from .worker_env import worker_environment
 
 log = logging.getLogger("mindmotor.deployer")
@@ -49,6 +55,7 @@ WORKER_READY = "MINDMOTOR_WORKER_READY"
 ANCHOR_ENV = "MINDMOTOR_REPLICA_ANCHOR"      # the pid replicas belong to (set by `mindmotor up`)
 STATE_FILE = "replicas.json"
 KILL_GRACE_S = 5.0
+RENEW_BEFORE_S = 86400.0                    # a replica's certificate: restart it this long before it expires
 CLOSE_POLL_S = 0.05
 
 Key = tuple[str, str, int]
@@ -60,6 +67,7 @@ class _Local:
     process: ReplicaProcess
     ready: dict[str, str] = field(default_factory=dict)
     stop_deadline: float = 0.0
+    cert_expires: float = 0.0                # unix seconds; 0: no certificate of its own (no mutual TLS)
 
 
 def replica_anchor() -> int:
@@ -76,7 +84,8 @@ class LocalBackend(Backend):
     kind = "local"
 
     def __init__(self, controller: str, log_dir: Path, host: str = "127.0.0.1", drain_timeout_s: float = 30.0,
-                 stable_after_s: float = 10.0, clock: Callable[[], float] = time.time, anchor: int | None = None):
+                 stable_after_s: float = 10.0, clock: Callable[[], float] = time.time, anchor: int | None = None,
+                 identities: ReplicaIdentities | None = None):
         self.controller = controller
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -85,6 +94,7 @@ class LocalBackend(Backend):
         self.stable_after_s = stable_after_s
         self.clock = clock
         self.anchor = replica_anchor() if anchor is None else anchor
+        self.identities = identities or ReplicaIdentities(None, self.log_dir / "certs", [])
         self.adopted = 0                       # replicas taken over from an earlier deployer
         self._replicas: dict[Key, _Local] = {}
         self._saved = ""
@@ -94,6 +104,7 @@ class LocalBackend(Backend):
         now = self.clock()
         for key, local in list(self._replicas.items()):
             self._refresh(key, local, now)
+        self._renew_certificates(now)
         self._save()
         return [local.replica for local in self._replicas.values()]
 
@@ -128,9 +139,9 @@ class LocalBackend(Backend):
         deadline = time.monotonic() + self.drain_timeout_s
         while any(local.process.alive() for local in self._replicas.values()) and time.monotonic() < deadline:
             await asyncio.sleep(CLOSE_POLL_S)
-        for local in self._replicas.values():
+        for key, local in list(self._replicas.items()):
             local.process.signal(signal.SIGKILL)
-        self._replicas.clear()
+            self._forget(key, local)
         self._save()
 
     # ---- adoption -----------------------------------------------------------------------------
@@ -140,7 +151,7 @@ class LocalBackend(Backend):
 
     def _save(self) -> None:
         records = {f"{k[0]}/{k[1]}/{k[2]}": {"replica": asdict(local.replica), "process": local.process.to_dict(),
-                                             "ready": local.ready}
+                                             "ready": local.ready, "cert_expires": local.cert_expires}
                    for k, local in sorted(self._replicas.items()) if local.replica.phase != CRASHED}
         text = json.dumps(records, sort_keys=True, indent=1)
         if text == self._saved:
@@ -167,7 +178,8 @@ class LocalBackend(Backend):
             if process is None:
                 log.info("a recorded replica is gone; its slot starts afresh", extra=where)
                 continue
-            local = _Local(replica, process, ready=dict(record.get("ready") or {}))
+            local = _Local(replica, process, ready=dict(record.get("ready") or {}),
+                           cert_expires=float(record.get("cert_expires") or 0.0))
             if replica.phase == STOPPING:
                 local.stop_deadline = now + self.drain_timeout_s + KILL_GRACE_S
             self._replicas[(replica.deployment, replica.version, replica.slot)] = local
@@ -189,28 +201,46 @@ class LocalBackend(Backend):
         replica = Replica(deployment=deployment, version=version, slot=slot, phase=STARTING, instance_id=worker_id,
                           started_at=self.clock(), failures=failures, log=str(log_path))
         try:
+            tls_env, cert_expires = self.identities.issue(worker_id)
             process = ReplicaProcess.spawn([sys.executable, "-m", "mindmotor.cli", *args], log_path,
-                                           self.log_dir / f"{worker_id}.out", self.anchor, self._worker_env(),
+                                           self.log_dir / f"{worker_id}.out", self.anchor, worker_environment(tls_env),
                                            cmdline_mark=f"--worker-id\0{worker_id}\0")
-        except (SpawnError, OSError) as exc:
+        except (SpawnError, CertError, OSError) as exc:
             log.error("replica did not start", extra={"deployment": deployment, "version": version, "slot": slot,
                                                       "error": str(exc)})
             replica = replace(replica, phase=CRASHED, exited_at=self.clock(), failures=failures + 1)
             self._replicas[(deployment, version, slot)] = _Local(replica, ReplicaProcess(-1, -1, "", "", _gone=True))
             return
-        self._replicas[(deployment, version, slot)] = _Local(replica, process)
+        self._replicas[(deployment, version, slot)] = _Local(
+            replica, process, cert_expires=cert_expires.timestamp() if cert_expires else 0.0)
         log.info("replica started", extra={"deployment": deployment, "version": version, "slot": slot,
                                            "instance_id": worker_id, "pid": process.pid, "log": str(log_path),
                                            "role": target.version.role_of(slot), "anchor": self.anchor})
 
-    def _worker_env(self) -> dict[str, str]:
-        """What a replica's environment holds: the allow-list (worker_env.py), nothing else; the
-        worker certificate in place of the deployer's own (common.rpc.replica_env)."""
-        return worker_environment(replica_env())
+    def _renew_certificates(self, now: float) -> None:
+        """Drain a running replica whose certificate expires within a day (the reconcile loop
+        starts it again with a new one): per version the soonest one, and only while no other
+        replica of that version is starting or stopping — renewal never takes out more than one
+        replica of a version at a time."""
+        for deployment, version in sorted({key[:2] for key in self._replicas}):
+            mine = self._of(deployment, version)
+            if any(local.replica.phase in (STARTING, STOPPING) for _, local in mine):
+                continue
+            due = [(key, local) for key, local in mine if local.replica.phase == RUNNING and local.cert_expires
+                   and now > local.cert_expires - RENEW_BEFORE_S]
+            if due:
+                key, local = min(due, key=lambda item: item[1].cert_expires)
+                log.info("replica's certificate expires soon; draining it to start it again with a new one", extra={
+                    "deployment": deployment, "version": version, "slot": key[2], "cert_expires": local.cert_expires})
+                self._drain(key, local)
+
+    def _forget(self, key: Key, local: _Local) -> None:
+        del self._replicas[key]
+        self.identities.forget(local.replica.instance_id)
 
     def _drain(self, key: Key, local: _Local) -> None:
         if local.replica.phase == CRASHED:
-            del self._replicas[key]
+            self._forget(key, local)
         elif local.replica.phase != STOPPING:
             local.process.signal(signal.SIGTERM)
             local.replica = replace(local.replica, phase=STOPPING)
@@ -225,7 +255,7 @@ class LocalBackend(Backend):
         if not local.process.alive():
             code = local.process.exit_code
             if replica.phase == STOPPING:
-                del self._replicas[key]
+                self._forget(key, local)
                 log.info("replica stopped", extra={"deployment": key[0], "version": key[1], "slot": key[2],
                                                    "exit_code": code})
                 return
