@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Callable
 
 from mindmotor.common.certs import CertError
-from mindmotor.launcher.subreaper import become_subreaper
+from mindmotor.launcher.subreaper import become_subreaper, reap_orphans
 
 from .base import CRASHED, RUNNING, STARTING, STOPPING, Backend, Replica, VersionTarget
 from .command import instance_id, worker_args
@@ -104,6 +104,10 @@ class LocalBackend(Backend):
         now = self.clock()
         for key, local in list(self._replicas.items()):
             self._refresh(key, local, now)
+        if self.anchor == os.getpid():
+            # a dead replica's own children (its spec helpers) are handed to this subreaper: reap
+            # them, never a replica (its exit code is collected above)
+            reap_orphans(keep={local.process.pid for local in self._replicas.values()})
         self._renew_certificates(now)
         self._save()
         return [local.replica for local in self._replicas.values()]

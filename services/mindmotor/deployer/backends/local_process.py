@@ -111,6 +111,10 @@ class ReplicaProcess:
             if done:
                 self.exit_code, self._gone = os.waitstatus_to_exitcode(status), True
                 return False
+            # Not exited yet: alive. /proc is not asked: a child being killed has released its
+            # memory (an empty cmdline) before it is a zombie, and looked like another process
+            # ("exited with code None"); an unreaped child's pid cannot be anyone else's.
+            return True
         except ChildProcessError:               # adopted by someone else (`up`): /proc tells
             pass
         if not self.is_same_process():
