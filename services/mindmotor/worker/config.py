@@ -29,6 +29,9 @@ class WorkerConfig:
     kv_pull_timeout_s: float = 5.0    # decode side: longest KV pull before prefilling locally
     role_drain_timeout_s: float = 30.0  # a role switch waits this long for in-flight requests
     max_concurrent_requests: int = 4096  # Generate/Prefill calls served at once; more: RESOURCE_EXHAUSTED
+    stream_keepalive_s: float = 1.0   # a Generate stream silent this long gets a keepalive message; 0: never
+    engine_stall_timeout_s: float = 10.0  # no keepalives once the engine thread has not gone round its
+                                          # loop for this long (stuck in a step)
     controller: str | None = None     # "host:port[,host:port...]": register and heartbeat there
     advertise_address: str | None = None  # the address others should dial (default: host:port)
     served_model_name: str | None = None  # the model name served (Status, ModelInfo, registration);
@@ -48,6 +51,10 @@ class WorkerConfig:
             raise ValueError(f"max_concurrent_requests must be at least 1, got {self.max_concurrent_requests}")
         if self.drain_timeout_s < 0:
             raise ValueError(f"drain timeout must be at least 0, got {self.drain_timeout_s}")
+        if self.stream_keepalive_s < 0:
+            raise ValueError(f"the stream keepalive interval must be at least 0, got {self.stream_keepalive_s}")
+        if self.engine_stall_timeout_s <= 0:
+            raise ValueError(f"the engine stall timeout must be positive, got {self.engine_stall_timeout_s}")
 
 
 def ready_line(port: int, metrics_port: int) -> str:
