@@ -105,6 +105,10 @@ class CoordinatorSettings(BaseSettings):
     max_n: int = Field(128, ge=1)
     max_retry: int = Field(5, ge=0)                  # resubmissions of one request after failures
     prefill_timeout_s: float = Field(60.0, gt=0)     # P/D split: longest Prefill call before falling back
+    stream_progress_timeout_s: float = Field(5.0, ge=0)  # a worker stream silent this long (no token, no
+                                                     # keepalive) is given up and continued elsewhere; 0: never
+    failed_instance_silence_s: float = Field(2.0, gt=0)  # ... or silent this long while the routing table
+                                                     # says its instance failed (gone, suspect, unreachable)
     retry_after_s: int = Field(1, ge=0)              # the Retry-After of a full queue
 
     # HTTP connections (coordinator/http_protocol.py)

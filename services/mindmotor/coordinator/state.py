@@ -15,6 +15,7 @@ from .config import CoordinatorSettings
 from .routing_table import RoutingTable
 from .metrics import CoordinatorMetrics
 from .models import ModelCatalog
+from .progress import ProgressGuard
 from .rate_limit import RateLimiter
 from .router import Router
 
@@ -31,6 +32,7 @@ class Coordinator:
     keys: APIKeys
     limiter: RateLimiter | None
     started: bool = False          # the first look at the instances is done
+    guard: ProgressGuard | None = None   # gives up silent worker calls (progress.py)
 
 
 def get_coordinator(request: Request) -> Coordinator:
