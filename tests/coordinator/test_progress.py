@@ -152,11 +152,11 @@ def test_a_silent_stream_is_given_up_at_the_deadline_and_continues_elsewhere():
 
 
 def test_keepalives_keep_a_waiting_stream_where_it_is():
-    """A request queued for three deadlines, with keepalives flowing: not given up, and no
+    """A request queued for 2.5 deadlines, with keepalives flowing: not given up, and no
     keepalive reaches the client."""
     async def scenario():
-        waiting, other = await FakeWorker(wait_s=1.2).start(), await FakeWorker().start()
-        s = Setup(deadline_s=0.4)
+        waiting, other = await FakeWorker(wait_s=2.0).start(), await FakeWorker().start()
+        s = Setup(deadline_s=0.8)
         s.add("a", waiting), s.add("b", other)
         generation = s.generation()
         assert await read_all(generation) == list(range(MAX_TOKENS))
@@ -202,7 +202,7 @@ def test_a_stream_that_delivers_is_never_cut(change):
     delivers is left alone even when the table drops its instance (a restarted controller)."""
     async def scenario():
         slow, other = await FakeWorker(step_s=0.08).start(), await FakeWorker().start()
-        s = Setup(deadline_s=0.0, failed_silence_s=0.3)
+        s = Setup(deadline_s=0.0, failed_silence_s=0.6)
         view, spare = s.add("a", slow), s.add("b", other)
 
         def on_piece(tokens):

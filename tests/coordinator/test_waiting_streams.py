@@ -11,8 +11,8 @@ import pytest
 
 from .processes import REALTIME_ARGS, InProcessCoordinator, start_workers, wait_until
 
-LONG_TOKENS = 120          # ~1.8 s at ~15 ms a step: the queued request waits ~4 deadlines
-DEADLINE_S = 0.5
+LONG_TOKENS = 160          # ~2.4 s at ~15 ms a step: the queued request waits ~3 deadlines
+DEADLINE_S = 0.8           # 8 keepalive intervals
 
 
 @pytest.mark.parametrize("keepalive, queued_outcome", [("0.1", 200), ("0", 503)])
