@@ -3,7 +3,8 @@ the module, configured with explicit ports, API keys and an admin token. Workers
 during greedy streams (every stream still equals an undisturbed run, the platform answers
 throughout, a replacement becomes routable each time); the coordinator, the controller and the
 deployer are SIGKILLed (back within seconds, `up` keeps running; the deployer's workers outlive it
-and are adopted); a canary rollout goes through
+and are adopted); a worker is SIGSTOPped during eight greedy streams (they finish elsewhere within
+30 s with the undisturbed text; resumed, it is fenced, then serves again); a canary rollout goes through
 `mindmotor deploy` against up's deployer; no secret is on any process's command line."""
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import json
 import subprocess
 import sys
 import ssl
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -278,6 +281,123 @@ def test_three_worker_kills_during_greedy_streams(platform, client, undisturbed,
             wait_until(replaced, timeout=60, interval=0.2, what=f"a routable replacement for {victim_id}")
     assert prober.codes and set(prober.codes) == {200}, prober.codes
     assert platform.alive()
+
+
+FROZEN_TOKENS = 96
+FROZEN_WITHIN_S = 30.0        # the issue's bar: every stream of a SIGSTOPped worker done within this
+
+
+def stream_once(url: str, model: str, prompt: str, on_text) -> tuple[str, str]:
+    """One greedy streamed completion over raw SSE: (the X-MindMotor-Instance that produced its first
+    token, its text); `on_text(instance, text)` after each chunk."""
+    text = ""
+    with httpx.stream("POST", f"{url}/v1/completions", timeout=60, headers={"Authorization": f"Bearer {API_KEY}"},
+                      json={"model": model, "prompt": prompt, "max_tokens": FROZEN_TOKENS, "temperature": 0,
+                            "stream": True, "ignore_eos": True}) as r:
+        assert r.status_code == 200, r.read()
+        instance = r.headers["x-mindmotor-instance"]
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[len("data: "):])
+            assert "error" not in chunk, chunk
+            text += "".join(choice["text"] for choice in chunk["choices"])
+            on_text(instance, text)
+    return instance, text
+
+
+def eight_streams(platform, model: str, on_started=None) -> tuple[list[tuple[str, str]], float, bool]:
+    """Eight greedy streams at once (each prompt twice). `on_started(instances)` runs once every
+    stream has some text, with the instance each one is on. Returns [(instance, text)], the seconds
+    from then to the last stream's end, and whether every stream was still running then."""
+    prompts = PROMPTS * 2
+    results: list = [None] * len(prompts)
+    serving: list = [None] * len(prompts)
+    started = [threading.Event() for _ in prompts]
+    finished = [threading.Event() for _ in prompts]
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        def on_text(instance: str, text: str) -> None:
+            serving[i] = instance
+            if len(text) >= 3:
+                started[i].set()
+        try:
+            results[i] = stream_once(platform.ready["url"], model, prompts[i], on_text)
+        except BaseException as exc:  # noqa: BLE001 — reported below
+            errors.append(exc)
+        finally:
+            started[i].set()
+            finished[i].set()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for event in started:
+        event.wait(60)
+    mark = time.monotonic()
+    in_flight = not any(event.is_set() for event in finished)
+    if on_started is not None:
+        on_started(list(serving))
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    return results, time.monotonic() - mark, in_flight
+
+
+def coordinator_metric(platform, name: str) -> float:
+    text = httpx.get(platform.ready["url"] + "/metrics", timeout=5).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
+
+
+def test_a_frozen_worker_s_streams_finish_elsewhere_and_it_is_fenced(platform, e2e_model):
+    """SIGSTOP the worker serving most of eight greedy streams: every stream finishes within 30 s
+    with the text of an undisturbed run. Once SIGCONTed, the worker delivers nothing for the
+    abandoned calls (it aborts them; its engine empties), is routable again and serves correctly."""
+    model = e2e_model.name
+    undisturbed, _, _ = eight_streams(platform, model)
+    expected = [text for _, text in undisturbed]
+    workers = {cmdline(pid)[cmdline(pid).index("--worker-id") + 1]: pid for pid in service_pids(platform, "worker")}
+    assert len(workers) == 2
+    stalls_before = coordinator_metric(platform, "mindmotor_coordinator_stream_stalls_total")
+    frozen: dict = {}
+
+    def freeze(serving: list[str]) -> None:
+        victim = max(workers, key=serving.count)
+        log = Path(platform.config["log_dir"]) / "workers" / f"{victim}.log"
+        frozen.update(id=victim, pid=workers[victim], streams=serving.count(victim), log=log,
+                      log_size=log.stat().st_size)
+        os.kill(workers[victim], signal.SIGSTOP)
+
+    try:
+        results, elapsed, in_flight = eight_streams(platform, model, on_started=freeze)
+        assert in_flight and frozen["streams"] >= 1
+        assert [text for _, text in results] == expected
+        assert elapsed < FROZEN_WITHIN_S, f"{elapsed:.1f} s"
+        stalls = coordinator_metric(platform, "mindmotor_coordinator_stream_stalls_total") - stalls_before
+        assert stalls >= frozen["streams"]
+        assert frozen["id"] not in routable(platform)                 # fenced while it is frozen
+        print(f"frozen worker: {frozen['streams']} of 8 streams moved, {stalls:g} calls given up, "
+              f"every stream done {elapsed:.1f} s after SIGSTOP")
+    finally:
+        if frozen:
+            os.kill(frozen["pid"], signal.SIGCONT)
+    victim = frozen["id"]
+
+    def back() -> bool:
+        record = instances(platform).get(victim, {})
+        return record.get("state") == "ready" and record.get("running") == 0 and record.get("waiting") == 0 \
+            and victim in routable(platform)
+    wait_until(back, timeout=60, interval=0.2, what=f"{victim} ready, idle and routable again")
+    with open(frozen["log"]) as f:
+        f.seek(frozen["log_size"])
+        resumed = f.read()
+    assert resumed.count('"request cancelled by the client; aborted"') >= frozen["streams"], resumed[-3000:]
+    assert service_pids(platform, "worker") == sorted(workers.values())      # the same processes
+
+    again, _, _ = eight_streams(platform, model)
+    assert [text for _, text in again] == expected
+    assert victim in {instance for instance, _ in again}                     # it gets traffic again
 
 
 def test_a_canary_rollout_through_mindmotor_deploy(platform, e2e_model):

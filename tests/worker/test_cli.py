@@ -14,7 +14,7 @@ from mindmotor.worker.cli import config_from_args
 FLAGS = ["--model", "--port", "--device", "--emulate", "--timing", "--host", "--metrics-port",
          "--max-num-seqs", "--max-num-batched-tokens", "--num-blocks", "--block-size",
          "--no-prefix-caching", "--no-chunked-prefill", "--memory-fraction", "--tp", "--drain-timeout",
-         "--worker-id", "--kv-host-budget"]
+         "--worker-id", "--kv-host-budget", "--stream-keepalive", "--engine-stall-timeout"]
 
 
 def test_flags_build_the_configs():
@@ -23,11 +23,12 @@ def test_flags_build_the_configs():
         "--timing", "virtual", "--host", "127.0.0.1", "--metrics-port", "9100", "--max-num-seqs", "8",
         "--max-num-batched-tokens", "512", "--num-blocks", "64", "--block-size", "32",
         "--no-prefix-caching", "--no-chunked-prefill", "--memory-fraction", "0.5", "--tp", "2",
-        "--drain-timeout", "3", "--worker-id", "w-1"])
+        "--drain-timeout", "3", "--worker-id", "w-1", "--stream-keepalive", "0.25", "--engine-stall-timeout", "4"])
     config = config_from_args(args)
     e = config.engine
     assert (config.host, config.port, config.metrics_port, config.worker_id, config.drain_timeout_s) == (
         "127.0.0.1", 0, 9100, "w-1", 3.0)
+    assert (config.stream_keepalive_s, config.engine_stall_timeout_s) == (0.25, 4.0)
     assert (e.model, e.device, e.emulate, e.timing, e.tensor_parallel) == ("/m", "910B4", "qwen2-7b", "virtual", 2)
     assert (e.max_num_seqs, e.max_num_batched_tokens, e.num_blocks, e.block_size) == (8, 512, 64, 32)
     assert not e.enable_prefix_caching and not e.enable_chunked_prefill and e.memory_fraction == 0.5

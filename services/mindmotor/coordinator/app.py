@@ -24,6 +24,7 @@ from .routing_table import RoutingTable
 from .metrics import CoordinatorMetrics
 from .middleware import BodyLimitMiddleware, GateMiddleware, RequestIdMiddleware
 from .models import ModelCatalog
+from .progress import ProgressGuard
 from .rate_limit import MemoryRateLimiter, RateLimiter
 from .router import Router
 from .routes import api_router
@@ -63,7 +64,8 @@ def build_coordinator(settings: CoordinatorSettings) -> Coordinator:
                      on_reload=lambda outcome: metrics.api_key_reloads.labels(outcome).inc()),
         limiter=make_rate_limiter(settings, metrics),
         specs=SpecChecker(HelperPool("specs", settings.spec_helpers, settings.spec_timeout_s, settings.spec_wait_s,
-                                     HelperMetrics(metrics.registry))))
+                                     HelperMetrics(metrics.registry))),
+        guard=ProgressGuard(table, metrics, settings.stream_progress_timeout_s, settings.failed_instance_silence_s))
 
 
 def make_source(settings: CoordinatorSettings, c: Coordinator):

@@ -67,7 +67,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--spec-helpers", type=int, default=None,
         help="helper processes that compile structured-output specs, off the event loop (default: 2)")
     add("--spec-timeout", type=float, default=None, metavar="S",
-        help="seconds a spec may take to compile; longer: 400 (default: 5)")
+        help="seconds a spec may take to compile; longer: 400 (default: 3)")
+    add("--stream-progress-timeout", type=float, default=None, metavar="S",
+        help="a worker stream that sends nothing (no token, no keepalive) for this long is given up and "
+             "continued on another worker; 0: never (default: 5)")
     add("--http-header-timeout", type=float, default=None, metavar="S",
         help="seconds a client has to send the request line and headers (default: 10)")
     add("--http-body-timeout", type=float, default=None, metavar="S",
@@ -102,6 +105,7 @@ def settings_from_args(args: argparse.Namespace):
         redis_url=args.redis_url, redis_url_file=args.redis_url_file, https_cert=args.https_cert,
         https_key=args.https_key,
         max_requests=args.max_requests, max_retry=args.max_retry, max_body_bytes=args.max_body_bytes,
+        stream_progress_timeout_s=args.stream_progress_timeout,
         log_level=args.log_level, controllers=args.controller,
         http_header_timeout_s=args.http_header_timeout, http_body_timeout_s=args.http_body_timeout,
         http_keep_alive_s=args.http_keep_alive, http_max_connections=args.http_max_connections,

@@ -109,13 +109,17 @@ class CoordinatorSettings(BaseSettings):
     max_n: int = Field(128, ge=1)
     max_retry: int = Field(5, ge=0)                  # resubmissions of one request after failures
     prefill_timeout_s: float = Field(60.0, gt=0)     # P/D split: longest Prefill call before falling back
+    stream_progress_timeout_s: float = Field(5.0, ge=0)  # a worker stream silent this long (no token, no
+                                                     # keepalive) is given up and continued elsewhere; 0: never
+    failed_instance_silence_s: float = Field(2.0, gt=0)  # ... or silent this long while the routing table
+                                                     # says its instance failed (gone, suspect, unreachable)
     retry_after_s: int = Field(1, ge=0)              # the Retry-After of a full queue
     max_tools: int = Field(128, ge=0)                # functions in one request's `tools` (OpenAI's limit)
     max_prompt_chars: int = Field(4 << 20, ge=1)     # a prompt's text, after the chat template
 
     # work a request carries, off the event loop (docs/architecture.md, "Nothing a request carries ...")
     spec_helpers: int = Field(2, ge=1)               # helper processes compiling structured-output specs
-    spec_timeout_s: float = Field(5.0, gt=0)         # one spec's compile; longer: 400 (and the helper killed)
+    spec_timeout_s: float = Field(3.0, gt=0)         # one spec's compile; longer: 400 (and the helper killed)
     spec_wait_s: float = Field(5.0, gt=0)            # wait for a free helper; longer: 429
     loop_lag_interval_s: float = Field(0.1, gt=0)    # how often the event loop's lag is sampled
 

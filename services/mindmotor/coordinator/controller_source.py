@@ -25,7 +25,7 @@ log = logging.getLogger("mindmotor.coordinator")
 def view_from_info(info: controller_pb2.InstanceInfo) -> InstanceView:
     return InstanceView(
         instance_id=info.instance_id, address=info.address, model=info.model, role=Role.from_proto(info.role, Role.MIXED),
-        healthy=info.routable, weight=info.weight if info.weight > 0 else 1.0,   # proto: 0 means 1
+        healthy=info.routable, state=info.state, weight=info.weight if info.weight > 0 else 1.0,   # proto: 0 means 1
         deployment=info.deployment, version=info.version, max_model_len=info.max_model_len,
         block_size=info.block_size or 16, running=info.load.running, waiting=info.load.waiting,
         kv_usage=info.load.kv_usage)

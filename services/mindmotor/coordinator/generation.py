@@ -3,8 +3,10 @@ continues after the tokens already produced, when that worker fails.
 
 Failures are classified (`failures.py`). A request the worker calls bad is a 400, never
 retried. An instance failure — a call ending in UNAVAILABLE (the worker died, was unreachable,
-or is draining), or a stream that ends without finishing or with finish_reason "abort" (a worker
-that cut its drain short) — marks the instance in the routing table (skipped for a while,
+or is draining), a stream that ends without finishing or with finish_reason "abort" (a worker
+that cut its drain short), or a stream given up as silent by the progress guard (`progress.py`:
+no token and no keepalive for `stream_progress_timeout_s`, or silent on an instance the routing
+table says failed: a frozen worker) — marks the instance in the routing table (skipped for a while,
 listeners told) and the request goes to another instance, at most `max_retry` times, with the
 tokens and characters the client already has (`GenerateRequest.continuation`). That worker continues
 the request as the failed one would have (the seeded random stream, penalties and token limits
@@ -41,6 +43,7 @@ from .errors import APIError, InternalError, ServiceUnavailable, TooManyRequests
 from .failures import BUSY, MAX_REQUEST_FAILURES, OwnCancellation, WorkerFailure, classify
 from .routing_table import InstanceView
 from .metrics import ChoiceTimer, CoordinatorMetrics
+from .progress import UNWATCHED, ProgressGuard
 from .pd_split import (HANDOFF_ROLES, ORDINARY_ROLES, PREFILL_ROLES, Handoff, Releaser,
                        prefill_request, split_available)
 from .router import NoInstanceAvailable as NoInstanceAvailableError, Router
@@ -84,8 +87,9 @@ class Generation:
     def __init__(self, request: GenerationRequest, router: Router, channels: WorkerChannels,
                  metrics: CoordinatorMetrics, timer: ChoiceTimer, max_retry: int = 5,
                  prefill_timeout_s: float = 60.0, releaser: Releaser | None = None,
-                 retry_after_s: float = 1.0):
+                 retry_after_s: float = 1.0, guard: ProgressGuard | None = None):
         self.request = request
+        self.guard = guard
         self.prefill_timeout_s = prefill_timeout_s
         self.releaser = releaser or Releaser(channels)
         self.handoff: Handoff | None = None   # the prompt prefilled elsewhere, until decoded
@@ -168,12 +172,18 @@ class Generation:
         call = self.channels.stub(instance.address).Prefill(
             prefill_request(f"{req.request_id}.p.{secrets.token_hex(3)}", req.prompt_token_ids,
                             req.sampling.to_proto(), req.priority), timeout=self.prefill_timeout_s)
+        watch = self._watch(instance, call, deadline=False)     # unary: no keepalives, only the table's word
         self.router.table.begin(instance.instance_id, cost)
         self.metrics.routed.labels(req.model, instance.instance_id).inc()
         try:
+            watch.waiting()
             response = await call
-        except grpc.aio.AioRpcError as exc:
-            error = classify(exc)
+        except (grpc.aio.AioRpcError, asyncio.CancelledError) as exc:
+            error = _given_up(watch, exc)
+            if error is None:
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+                error = classify(exc)
             if not isinstance(error, (WorkerFailure, OwnCancellation)):
                 raise error from None
             if isinstance(error, WorkerFailure) and error.marks_instance:
@@ -183,6 +193,7 @@ class Generation:
                         extra={"instance_id": instance.instance_id, "reason": str(error)})
             return None
         finally:
+            watch.close()
             call.cancel()
             self.router.table.end(instance.instance_id, cost)
         if response.handle:
@@ -244,15 +255,29 @@ class Generation:
                 out.continuation.kv_source.CopyFrom(self.handoff.kv_source())
         return out
 
+    def _watch(self, instance: InstanceView, call, deadline: bool = True):
+        if self.guard is None:
+            return UNWATCHED
+        return self.guard.watch(instance, call.cancel, self.request.model, self.request.request_id, deadline)
+
     async def _attempt(self, instance: InstanceView) -> AsyncIterator[Piece]:
-        """The pieces from one worker; WorkerFailure when it fails (after yielding what it made)."""
+        """The pieces from one worker; WorkerFailure when it fails (after yielding what it made),
+        also when the progress guard gave the call up as silent."""
         req = self.request
         cost = self.route.cost_tokens
         call = self.channels.stub(instance.address).Generate(self._worker_request())
+        watch = self._watch(instance, call)
         self.router.table.begin(instance.instance_id, cost)
         self.metrics.routed.labels(req.model, instance.instance_id).inc()
         try:
-            async for response in call:
+            while True:
+                watch.waiting()                     # the clock runs only while we wait for the worker
+                response = await call.read()
+                watch.received()
+                if response is grpc.aio.EOF:
+                    return
+                if response.keepalive:              # the worker is alive and on it; nothing for the client
+                    continue
                 if self.handoff is not None:
                     self.handoff.pulled = True      # the decode worker released the KV itself
                 if response.finish_reason == "abort":
@@ -262,14 +287,20 @@ class Generation:
                 yield piece
                 if piece.finish_reason is not None:
                     return
+        except asyncio.CancelledError as exc:
+            error = _given_up(watch, exc)
+            if error is None:
+                raise
+            raise error from None
         except grpc.aio.AioRpcError as exc:
-            error = classify(exc)
+            error = _given_up(watch, exc) or classify(exc)
             if isinstance(error, APIError) and self.produced:
                 log.error("worker refused a resubmitted request", extra={"error": error.message})
             if isinstance(error, OwnCancellation):
                 raise asyncio.CancelledError(str(error)) from None
             raise error from None
         finally:
+            watch.close()
             call.cancel()
             self.router.table.end(instance.instance_id, cost)
 
@@ -288,3 +319,15 @@ class Generation:
             piece.usage = Usage(prompt_tokens=prompt, completion_tokens=len(self.produced),
                                 cached_tokens=min(cached, prompt))
         return piece
+
+
+def _given_up(watch, exc: BaseException) -> WorkerFailure | None:
+    """The progress guard's failure when it is what ended the call: it cancelled the call (which
+    the reader sees as a CancelledError of its own, or a CANCELLED status) and this task itself is
+    not being cancelled (the client went away)."""
+    if watch.failure is None:
+        return None
+    task = asyncio.current_task()
+    if isinstance(exc, asyncio.CancelledError) and task is not None and task.cancelling():
+        return None
+    return watch.failure

@@ -37,6 +37,10 @@ class CoordinatorMetrics:
                                ["model", "reason"], registry=r)
         self.migrations = Counter(p + "migrations_total",
                                   "resubmissions that carried already produced tokens", ["model"], registry=r)
+        self.stream_stalls = Counter(p + "stream_stalls_total", "worker calls given up as silent: for "
+                                     "stream_progress_timeout_s (cause=deadline), or for failed_instance_silence_s "
+                                     "on an instance the routing table says failed (cause=routing_table)",
+                                     ["model", "cause"], registry=r)
         self.routed = Counter(p + "routed_total", "worker requests sent, per instance",
                               ["model", "instance_id"], registry=r)
         self.prompt_tokens = Counter(p + "prompt_tokens_total", "", ["model"], registry=r)

@@ -50,7 +50,8 @@ async def generate(c: Coordinator, request: Request, request_id: str, model: Ser
                                     max_new_tokens=max_new[p_index], priority=priority, versions=model.versions)
             generations.append(Generation(req, c.router, c.channels, c.metrics,
                                           ChoiceTimer(c.metrics, model.name, arrival), c.settings.max_retry,
-                                          c.settings.prefill_timeout_s, retry_after_s=c.settings.retry_after_s))
+                                          c.settings.prefill_timeout_s, retry_after_s=c.settings.retry_after_s,
+                                          guard=c.guard))
             prompt_indices.append(p_index)
     return await respond(request, ChoiceSet(generations), prompt_indices, fmt, stream, include_usage, ticket,
                          c.metrics, model.name, c.in_flight)

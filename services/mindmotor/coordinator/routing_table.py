@@ -7,6 +7,12 @@ the requests it has in flight on each instance (for `least_load`), and instances
 (skipped for `suspect_s` whatever the source says). A failure mark belongs to the instance at the
 address it failed at: a replacement that registers under the same id at another address (a
 restarted replica gets new ports) starts unmarked.
+
+`failed_reason` says whether the table holds an instance (at an address) to have *failed* — gone
+from the table, replaced at another address, in a failed state (`suspect`: missed heartbeats or a
+reported failure; `unreachable`; `failed`), or marked failed here — as opposed to merely not
+routable (`starting`, `draining`, a role switch). The progress guard (`progress.py`) gives up the
+silent streams of such an instance at once.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ class InstanceView:
     model: str = ""
     role: Role = Role.MIXED
     healthy: bool = True                 # the source's word: reachable and taking requests
+    state: str = ""                      # the source's state word: "ready", "suspect", "draining", ...
     weight: float = 1.0
     deployment: str = ""
     version: str = ""
@@ -44,6 +51,10 @@ class InstanceView:
     @property
     def reported_queue(self) -> int:
         return self.running + self.waiting
+
+
+# Instance states (a controller's, or the static source's) that say the instance failed.
+FAILED_STATES = frozenset({"suspect", "unreachable", "failed"})
 
 
 @dataclass
@@ -139,6 +150,21 @@ class RoutingTable:
         if local is not None:
             local.outstanding_tokens = max(0, local.outstanding_tokens - tokens)
             local.in_flight = max(0, local.in_flight - 1)
+
+    def failed_reason(self, instance_id: str, address: str) -> str | None:
+        """Why the instance that was at `address` counts as failed, or None when it does not (it
+        is listed there, in no failed state, not marked failed here)."""
+        view = self._views.get(instance_id)
+        if view is None:
+            return "the routing table no longer lists the instance"
+        if view.address != address:
+            return f"the instance was replaced (now at {view.address})"
+        if view.state in FAILED_STATES:
+            return f"the routing table lists the instance as {view.state}"
+        local = self._local.get(instance_id)
+        if local is not None and self._suspect(local, view):
+            return "this coordinator marked the instance failed"
+        return None
 
     def mark_failed(self, instance_id: str, reason: str) -> None:
         """Skip the instance for `suspect_s` — at its present address: one that comes back under the

@@ -15,6 +15,7 @@ from .config import CoordinatorSettings
 from .routing_table import RoutingTable
 from .metrics import CoordinatorMetrics
 from .models import ModelCatalog
+from .progress import ProgressGuard
 from .rate_limit import RateLimiter
 from .router import Router
 from mindmotor.sandbox.spec_check import SpecChecker
@@ -42,6 +43,7 @@ class Coordinator:
     specs: SpecChecker                  # structured-output specs, checked by helper processes
     started: bool = False          # the first look at the instances is done
     in_flight: InFlight = field(default_factory=InFlight)
+    guard: ProgressGuard | None = None   # gives up silent worker calls (progress.py)
 
 
 def get_coordinator(request: Request) -> Coordinator:

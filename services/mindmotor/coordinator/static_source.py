@@ -1,7 +1,8 @@
 """`StaticWorkerSource`: fills the routing table from a fixed list of worker addresses.
 
 Each worker's `Status` is read every `interval_s`: its model, limits, load and state. A worker
-that does not answer, or is draining, is listed as not healthy until it answers as serving.
+that does not answer (state "unreachable"), or is draining, is listed as not healthy until it
+answers as serving.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ log = logging.getLogger("mindmotor.coordinator")
 def view_from_status(entry: WorkerEntry, status: pb.StatusResponse) -> InstanceView:
     return InstanceView(
         instance_id=entry.address, address=entry.address, model=status.model, role=Role.from_proto(status.role, Role.MIXED),
-        healthy=status.state == "serving", weight=entry.weight, deployment=entry.deployment,
+        healthy=status.state == "serving", state=status.state, weight=entry.weight, deployment=entry.deployment,
         version=entry.version, max_model_len=status.max_model_len, block_size=status.block_size or 16,
         running=status.load.running, waiting=status.load.waiting, kv_usage=status.load.kv_usage)
 
@@ -66,7 +67,7 @@ class StaticWorkerSource:
                 log.warning("worker unreachable", extra={"address": entry.address, "code": exc.code().name})
             base = old or InstanceView(instance_id=entry.address, address=entry.address, weight=entry.weight,
                                        deployment=entry.deployment, version=entry.version)
-            self.table.upsert(InstanceView(**{**base.__dict__, "healthy": False}))
+            self.table.upsert(InstanceView(**{**base.__dict__, "healthy": False, "state": "unreachable"}))
             return
         view = view_from_status(entry, status)
         old = self.table.get(entry.address)

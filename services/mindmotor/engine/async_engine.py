@@ -13,6 +13,12 @@ per-request work) stops the thread: every stream then ends with `EngineDeadError
 Callers use typed methods only (generate, validate, the KV connector's read/release/finish,
 stats, info); the worker's side of the KV connector registers with `connect_kv` and is handed
 every `KVLoad` the scheduler starts, on the event loop of the request it is for.
+
+Keepalives: a stream opened with `keepalive_s` yields `KEEPALIVE` when it has yielded nothing for
+that long (queued, a long prefill, a KV pull) — but only while the engine thread is `progressing`
+(it went round its loop within `stall_after_s`: a step done, an idle wait over). A stuck engine
+thread therefore makes its streams go silent, as a frozen process does, and the caller (the
+coordinator's progress deadline) can tell either from a request that merely waits.
 """
 
 from __future__ import annotations
@@ -37,6 +43,14 @@ from .sampling_params import SamplingParams
 log = logging.getLogger("mindmotor.engine")
 
 T = TypeVar("T")
+
+
+class _Keepalive:
+    def __repr__(self) -> str:
+        return "KEEPALIVE"
+
+
+KEEPALIVE = _Keepalive()   # what a stream with keepalive_s yields when it has nothing else to say
 
 
 class EngineDeadError(RuntimeError):
@@ -67,8 +81,10 @@ class _Command:
 
 class AsyncLLMEngine:
     def __init__(self, config: EngineConfig | None = None, engine: LLMEngine | None = None,
-                 idle_check_interval_s: float = 1.0):
+                 idle_check_interval_s: float = 1.0, stall_after_s: float = 10.0):
         self.engine = engine or LLMEngine(config or EngineConfig())
+        self.stall_after_s = stall_after_s
+        self._progress_at = time.monotonic()    # the engine thread's last time round its loop
         self.info: EngineInfo = self.engine.info
         self._kv_loader: Callable[[KVLoad], None] | None = None
         self._new: deque[_Pending] = deque()
@@ -106,6 +122,12 @@ class AsyncLLMEngine:
             callback(error)
 
     @property
+    def progressing(self) -> bool:
+        """The engine thread runs and went round its loop within `stall_after_s` (it completed a
+        step, or an idle wait ended). False for a thread stuck in one step, or stopped."""
+        return self._error is None and time.monotonic() - self._progress_at < self.stall_after_s
+
+    @property
     def num_requests(self) -> int:
         """Requests accepted and not yet finished."""
         return len(self._streams) + len(self._new)
@@ -116,22 +138,27 @@ class AsyncLLMEngine:
         return self.engine.validate(prompt, params, continuation)
 
     def generate(self, request_id: str, prompt: str | Seq[int], params: SamplingParams, priority: int = 0,
-                 prefill_only: bool = False, continuation: Continuation | None = None
-                 ) -> AsyncIterator[RequestOutput]:
+                 prefill_only: bool = False, continuation: Continuation | None = None,
+                 keepalive_s: float = 0.0) -> AsyncIterator[RequestOutput]:
         """Validate now (raising `RequestError` at once for bad input), then return the stream of
         the request's outputs. Closing the stream early (the client went away) aborts the request
-        and frees its blocks. `prefill_only`, `continuation`: see `LLMEngine.add_request`."""
-        return self.submit(request_id, self.validate(prompt, params, continuation), priority, prefill_only)
+        and frees its blocks. `prefill_only`, `continuation`: see `LLMEngine.add_request`.
+        `keepalive_s` > 0: the stream also yields `KEEPALIVE` after each `keepalive_s` without an
+        output, while the engine is `progressing`."""
+        return self.submit(request_id, self.validate(prompt, params, continuation), priority, prefill_only,
+                           keepalive_s)
 
     def submit(self, request_id: str, request: ValidatedRequest, priority: int = 0,
-               prefill_only: bool = False) -> AsyncIterator[RequestOutput]:
+               prefill_only: bool = False, keepalive_s: float = 0.0) -> AsyncIterator[RequestOutput]:
         """`generate` for a request already checked by `validate`."""
         pending = self._open(request_id, request, priority)
         pending.prefill_only = prefill_only
+        compiling = None
         if request.params.structured is not None and request.matcher is None:
-            return self._stream(pending, compile_first=True)
-        self._take(pending)
-        return self._stream(pending)
+            compiling = asyncio.get_running_loop().create_task(self._compile(pending))
+        else:
+            self._take(pending)
+        return self._stream(pending, keepalive_s, compiling)
 
     def _take(self, pending: _Pending) -> None:
         self._new.append(pending)
@@ -139,12 +166,14 @@ class AsyncLLMEngine:
 
     async def _compile(self, pending: _Pending) -> None:
         """Build the request's grammar matcher on a large-stack thread (neither this event loop
-        nor the engine thread waits for a large grammar), then hand the request to the engine."""
+        nor the engine thread waits for a large grammar), then hand the request to the engine; a
+        spec that does not compile ends the stream with its RequestError (keepalives flow meanwhile)."""
         try:
             matcher = await asyncio.wrap_future(self.engine.start_matcher(pending.validated))
         except InvalidRequest as exc:
             self._streams.pop(pending.request_id, None)
-            raise RequestError(exc.message, param=exc.param, code=exc.code) from None
+            pending.queue.put_nowait(RequestError(exc.message, param=exc.param, code=exc.code))
+            return
         pending.validated = dataclasses.replace(pending.validated, matcher=matcher)
         self._take(pending)
 
@@ -190,13 +219,18 @@ class AsyncLLMEngine:
         self._streams[request_id] = pending
         return pending
 
-    async def _stream(self, pending: _Pending, compile_first: bool = False) -> AsyncIterator[RequestOutput]:
+    async def _stream(self, pending: _Pending, keepalive_s: float = 0.0,
+                      compiling: asyncio.Task | None = None) -> AsyncIterator[RequestOutput]:
         finished = False
+        ticker = _KeepaliveTicker(self, pending.queue, keepalive_s) if keepalive_s > 0 else None
         try:
-            if compile_first:
-                await self._compile(pending)
             while not finished:
                 out = await pending.queue.get()
+                if ticker is not None:
+                    ticker.handed_over()
+                if out is KEEPALIVE:
+                    yield out
+                    continue
                 if isinstance(out, (RequestError, RequestFailed)):
                     finished = True                 # the engine holds nothing of it any more
                     raise out
@@ -205,6 +239,10 @@ class AsyncLLMEngine:
                 finished = out.finished
                 yield out
         finally:
+            if ticker is not None:
+                ticker.stop()
+            if compiling is not None:
+                compiling.cancel()
             if not finished:
                 self.abort(pending.request_id)
 
@@ -228,6 +266,7 @@ class AsyncLLMEngine:
         engine = self.engine
         try:
             while not self._stopping:
+                self._progress_at = time.monotonic()
                 self._take_new_and_aborts()
                 engine.expire_pins()
                 self._start_kv_loads()
@@ -336,6 +375,32 @@ class AsyncLLMEngine:
 
 
 _NOTHING_RUNNABLE_WAIT_S = 0.05   # longest idle wait while only KV loads are outstanding
+
+
+class _KeepaliveTicker:
+    """Puts `KEEPALIVE` into one stream's queue when the stream has handed nothing over for
+    `every_s` and the engine is progressing. One timer per `every_s` per stream, none per output."""
+
+    def __init__(self, engine: AsyncLLMEngine, queue: asyncio.Queue, every_s: float):
+        self.engine, self.queue, self.every_s = engine, queue, every_s
+        self.loop = asyncio.get_running_loop()
+        self.last = self.loop.time()
+        self.handle = self.loop.call_at(self.last + every_s, self._tick)
+
+    def handed_over(self) -> None:
+        self.last = self.loop.time()
+
+    def _tick(self) -> None:
+        now = self.loop.time()
+        due = self.last + self.every_s
+        if now >= due:
+            if self.engine.progressing and self.queue.empty():
+                self.queue.put_nowait(KEEPALIVE)
+            due = now + self.every_s
+        self.handle = self.loop.call_at(due, self._tick)
+
+    def stop(self) -> None:
+        self.handle.cancel()
 
 
 class _ShutDown(EngineDeadError):

@@ -87,7 +87,8 @@ class WorkerServicer:
     def Generate(self, request, context):
         """Stream the tokens of one request. INVALID_ARGUMENT for a request the engine refuses (with
         its message), UNAVAILABLE while draining, ALREADY_EXISTS for a request id in use.
-        Cancelling the call aborts the request and frees its KV blocks.
+        Cancelling the call aborts the request and frees its KV blocks. A stream silent for
+        --stream-keepalive gets a `keepalive` message while the engine makes progress.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -35,6 +35,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     net.add_argument("--max-concurrent-requests", type=int, default=4096, metavar="N",
                      help="Generate and Prefill calls served at once; one more is refused with "
                           "RESOURCE_EXHAUSTED, so the coordinator tries another instance (default: %(default)s)")
+    net.add_argument("--stream-keepalive", type=float, default=1.0, metavar="SECONDS",
+                     help="a Generate stream that has sent nothing for this long gets a keepalive message "
+                          "(queued, a long prefill), so that the coordinator can tell a waiting worker from "
+                          "a frozen one; 0: never (default: %(default)s)")
+    net.add_argument("--engine-stall-timeout", type=float, default=10.0, metavar="SECONDS",
+                     help="keepalives stop while the engine thread has not completed a step or an idle "
+                          "wait for this long, so the streams of a stuck engine go silent "
+                          "(default: %(default)s)")
     net.add_argument("--log-level", default="INFO", help="(default: %(default)s)")
 
     ctl = parser.add_argument_group("cluster")
@@ -91,7 +99,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     eng.add_argument("--spec-helpers", type=int, default=1,
                      help="helper processes that compile structured-output specs before the engine does, "
                           "so that a spec that crashes the compiler costs a helper, not the worker (default: 1)")
-    eng.add_argument("--spec-timeout", type=float, default=5.0,
+    eng.add_argument("--spec-timeout", type=float, default=3.0,
                      help="seconds one spec may take to compile in a helper; longer is INVALID_ARGUMENT "
                           "(default: %(default)s)")
 
@@ -128,6 +136,7 @@ def config_from_args(args: argparse.Namespace):
                         role=args.role, kv_pull_timeout_s=args.kv_pull_timeout,
                         max_concurrent_requests=args.max_concurrent_requests,
                         spec_helpers=args.spec_helpers, spec_timeout_s=args.spec_timeout,
+                        stream_keepalive_s=args.stream_keepalive, engine_stall_timeout_s=args.engine_stall_timeout,
                         **({"node": args.node} if args.node else {}))
 
 

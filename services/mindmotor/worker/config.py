@@ -29,6 +29,9 @@ class WorkerConfig:
     kv_pull_timeout_s: float = 5.0    # decode side: longest KV pull before prefilling locally
     role_drain_timeout_s: float = 30.0  # a role switch waits this long for in-flight requests
     max_concurrent_requests: int = 4096  # Generate/Prefill calls served at once; more: RESOURCE_EXHAUSTED
+    stream_keepalive_s: float = 1.0   # a Generate stream silent this long gets a keepalive message; 0: never
+    engine_stall_timeout_s: float = 10.0  # no keepalives once the engine thread has not gone round its
+                                          # loop for this long (stuck in a step)
     controller: str | None = None     # "host:port[,host:port...]": register and heartbeat there
     advertise_address: str | None = None  # the address others should dial (default: host:port)
     served_model_name: str | None = None  # the model name served (Status, ModelInfo, registration);
@@ -37,7 +40,8 @@ class WorkerConfig:
     version: str = ""
     weight: int = 1
     spec_helpers: int = 1             # helper processes that check structured-output specs (mindmotor.sandbox)
-    spec_timeout_s: float = 5.0       # one spec's compile in a helper; longer: INVALID_ARGUMENT
+    spec_timeout_s: float = 3.0       # one spec's compile in a helper; longer: INVALID_ARGUMENT (below the
+                                      # coordinator's stream progress deadline: no keepalives while checked)
 
     def __post_init__(self):
         if not 0 <= self.port <= 65535 or not 0 <= self.metrics_port <= 65535:
@@ -53,6 +57,10 @@ class WorkerConfig:
                              f"{self.spec_helpers} and {self.spec_timeout_s}")
         if self.drain_timeout_s < 0:
             raise ValueError(f"drain timeout must be at least 0, got {self.drain_timeout_s}")
+        if self.stream_keepalive_s < 0:
+            raise ValueError(f"the stream keepalive interval must be at least 0, got {self.stream_keepalive_s}")
+        if self.engine_stall_timeout_s <= 0:
+            raise ValueError(f"the engine stall timeout must be positive, got {self.engine_stall_timeout_s}")
 
 
 def ready_line(port: int, metrics_port: int) -> str:

@@ -151,6 +151,8 @@ class WorkerMetrics:
         self.refused = Counter("mindmotor_requests_refused", "Generate and Prefill calls refused before the "
                                "engine: invalid_argument, busy (the concurrency limit), engine_dead", ["reason"],
                                registry=self.registry)
+        self.keepalives = Counter("mindmotor_stream_keepalives", "Keepalive messages sent on Generate streams "
+                                  "silent for --stream-keepalive (queued or computing)", registry=self.registry)
         self.recent_ttft = LatencyWindow()
         self.recent_tpot = LatencyWindow()
         # vLLM's names and buckets (common/vllm_metrics.py), measured as ours above

@@ -37,7 +37,7 @@ STOP_GRACE_S = 1.0     # after the drain: time for the last responses (or aborts
 
 
 async def serve(config: WorkerConfig) -> int:
-    engine = AsyncLLMEngine(config.engine)
+    engine = AsyncLLMEngine(config.engine, stall_after_s=config.engine_stall_timeout_s)
     admission = Admission(config.max_concurrent_requests)
     model_name = config.served_model_name or engine.info.model_name
     metrics = WorkerMetrics(engine, admission, model_name=model_name)
@@ -46,7 +46,8 @@ async def serve(config: WorkerConfig) -> int:
     await specs.pool.start()
     service = WorkerService(engine, admission, metrics, config.worker_id, model_name, config.role,
                             node=config.node, kv_pull_timeout_s=config.kv_pull_timeout_s,
-                            role_drain_timeout_s=config.role_drain_timeout_s, specs=specs)
+                            role_drain_timeout_s=config.role_drain_timeout_s, specs=specs,
+                            stream_keepalive_s=config.stream_keepalive_s)
     metrics.collector.role = lambda: service.role
     health = HealthServicer()
     server, port = rpc.make_server(config.host, config.port, rpc.WORKER_POLICY, registry=metrics.registry,

@@ -1,6 +1,9 @@
 """`WorkerService`: the Worker RPCs (worker.proto) over one `AsyncLLMEngine`.
 
-Generate streams one chunk per engine output. A request the engine refuses fails alone with
+Generate streams one chunk per engine output, and a `keepalive` message whenever the stream has
+been silent for `stream_keepalive_s` while the engine makes progress (queued, a long prefill, a
+KV pull): a frozen worker — or one whose engine thread is stuck — goes silent instead, which is
+what the coordinator's progress deadline detects. A request the engine refuses fails alone with
 INVALID_ARGUMENT; one the engine raised for fails alone with INTERNAL (trailing metadata
 `mindmotor-failure: request`); a dead engine answers UNAVAILABLE (`mindmotor-failure: engine`).
 Over the limit of concurrent requests a call is refused with RESOURCE_EXHAUSTED. A client that
@@ -30,7 +33,7 @@ import grpc
 
 from mindmotor.common.logging import request_context
 from mindmotor.common.roles import Role
-from mindmotor.engine.async_engine import AsyncLLMEngine, EngineDeadError, RequestFailed
+from mindmotor.engine.async_engine import KEEPALIVE, AsyncLLMEngine, EngineDeadError, RequestFailed
 from mindmotor.engine.continuation import Continuation
 from mindmotor.engine.llm_engine import RequestError
 from mindmotor.engine.sampling_params import SamplingParams
@@ -54,9 +57,10 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
     def __init__(self, engine: AsyncLLMEngine, admission: Admission, metrics: WorkerMetrics,
                  worker_id: str, model_name: str, role: Role | str = Role.MIXED, node: str = "",
                  kv_pull_timeout_s: float = 5.0, role_drain_timeout_s: float = 30.0,
-                 specs: SpecChecker | None = None):
+                 specs: SpecChecker | None = None, stream_keepalive_s: float = 0.0):
         self.engine = engine
         self.specs = specs                # None: specs are compiled by the engine alone (tests, tools)
+        self.stream_keepalive_s = stream_keepalive_s
         self.admission = admission
         self.metrics = metrics
         self.worker_id = worker_id
@@ -82,7 +86,9 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                     "kv_source": continuation.kv_source.address if continuation.kv_source else None})
             with self.admission.track(request_id):
                 await self._stream(lambda: self.engine.generate(request_id, prompt, params, request.priority,
-                                                                continuation=continuation), context)
+                                                                continuation=continuation,
+                                                                keepalive_s=self.stream_keepalive_s),
+                                   context, request_id)
 
     async def _admit(self, request_id: str, request, context
                      ) -> tuple[str | list[int], SamplingParams, Continuation | None]:
@@ -119,13 +125,17 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
             await _refuse(context, grpc.StatusCode.RESOURCE_EXHAUSTED,
                           f"the structured-output compilers of this worker are busy: {exc}")
 
-    async def _stream(self, open_outputs, context: grpc.aio.ServicerContext) -> None:
+    async def _stream(self, open_outputs, context: grpc.aio.ServicerContext, request_id: str) -> None:
         """Write every output of `open_outputs()` (raises RequestError for a refused request)."""
         timer = self.metrics.request_timer()
         finish_reason = "cancelled"          # unless the engine finishes it: the client went away
         try:
             async with aclosing(open_outputs()) as outputs:
                 async for out in outputs:
+                    if out is KEEPALIVE:
+                        self.metrics.keepalives.inc()
+                        await context.write(pb.GenerateResponse(request_id=request_id, keepalive=True))
+                        continue
                     timer.on_tokens(len(out.new_token_ids))
                     if out.finished:
                         # Before the write: a client that closes the call as soon as it has the last
