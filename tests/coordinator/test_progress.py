@@ -36,8 +36,9 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
     `hang_prefill`: Prefill never answers."""
 
     def __init__(self, freeze_after: int | None = None, wait_s: float = 0.0, step_s: float = 0.01,
-                 hang_prefill: bool = False):
+                 hang_prefill: bool = False, mute_s: float = 0.0):
         self.freeze_after, self.wait_s, self.step_s, self.hang_prefill = freeze_after, wait_s, step_s, hang_prefill
+        self.mute_s = mute_s                 # nothing at all this long first (a call not yet started)
         self.starts: list[int] = []          # the continuation length of each Generate call
         self.cancelled = 0                   # calls whose handler was cancelled by the caller
         self.frozen = asyncio.Event()        # a stream went silent
@@ -56,6 +57,7 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
         start = len(request.continuation.output_token_ids)
         self.starts.append(start)
         try:
+            await asyncio.sleep(self.mute_s)
             loop = asyncio.get_running_loop()
             until = loop.time() + self.wait_s
             while loop.time() < until:
@@ -84,12 +86,12 @@ class FakeWorker(worker_pb2_grpc.WorkerServicer):
 
 
 class Setup:
-    def __init__(self, deadline_s: float, failed_silence_s: float = 0.2):
+    def __init__(self, deadline_s: float, failed_silence_s: float = 0.2, first_message_s: float = 0.0):
         self.table = RoutingTable(suspect_s=30.0)
         self.metrics = CoordinatorMetrics()
         self.router = Router(self.table, lambda model: LeastLoad())
         self.channels = WorkerChannels()
-        self.guard = ProgressGuard(self.table, self.metrics, deadline_s, failed_silence_s)
+        self.guard = ProgressGuard(self.table, self.metrics, deadline_s, failed_silence_s, first_message_s)
 
     def add(self, instance_id: str, worker: FakeWorker, role: Role = Role.MIXED) -> InstanceView:
         view = InstanceView(instance_id, worker.address, model=MODEL, role=role, state="ready")
@@ -167,7 +169,7 @@ def test_keepalives_keep_a_waiting_stream_where_it_is():
     run(scenario)
 
 
-@pytest.mark.parametrize("verdict", ["suspect", "gone", "replaced", "marked here"])
+@pytest.mark.parametrize("verdict", ["suspect", "gone", "replaced"])
 def test_a_silent_stream_on_an_instance_the_table_calls_failed_moves_at_once(verdict):
     """No deadline at all: the table's word (and the stream's silence) is enough."""
     async def scenario():
@@ -181,16 +183,53 @@ def test_a_silent_stream_on_an_instance_the_table_calls_failed_moves_at_once(ver
                 s.table.upsert(dataclasses.replace(view, healthy=False, state="suspect"))
             elif verdict == "gone":
                 s.table.replace([other])
-            elif verdict == "replaced":
-                s.table.upsert(dataclasses.replace(view, address="127.0.0.1:1"))
             else:
-                s.table.mark_failed("a", "another stream of it stalled")
+                s.table.upsert(dataclasses.replace(view, address="127.0.0.1:1"))
 
         asyncio.ensure_future(condemn())
         generation = s.generation()
         assert await read_all(generation) == list(range(MAX_TOKENS))
         assert generation.instances == ["a", "b"] and healthy.starts == [5]
         assert s.count(s.metrics.stream_stalls, MODEL, "routing_table") == 1
+        await s.channels.close()
+
+    run(scenario)
+
+
+def test_this_coordinator_s_own_mark_cuts_no_other_stream_early():
+    """One stalled stream of a busy worker marks it here; its other streams keep their own
+    deadline (under a burst, an early cut cascaded into every instance marked and a 503)."""
+    async def scenario():
+        frozen, healthy = await FakeWorker(freeze_after=5).start(), await FakeWorker().start()
+        s = Setup(deadline_s=1.0, failed_silence_s=0.2)
+        s.add("a", frozen), s.add("b", healthy)
+
+        async def mark():
+            await frozen.frozen.wait()
+            s.table.mark_failed("a", "another stream of it stalled")
+
+        asyncio.ensure_future(mark())
+        generation = s.generation()
+        assert await read_all(generation) == list(range(MAX_TOKENS))
+        assert s.count(s.metrics.stream_stalls, MODEL, "routing_table") == 0
+        assert s.count(s.metrics.stream_stalls, MODEL, "deadline") == 1
+        await s.channels.close()
+
+    run(scenario)
+
+
+@pytest.mark.parametrize("mute_s, moved", [(0.6, False), (5.0, True)])
+def test_before_its_first_message_a_call_has_the_longer_deadline(mute_s, moved):
+    """A worker that has not started the call yet (thousands queued) sends nothing, not even
+    keepalives: that call waits `first_message_s`, not the 0.3 s deadline."""
+    async def scenario():
+        slow, other = await FakeWorker(mute_s=mute_s).start(), await FakeWorker().start()
+        s = Setup(deadline_s=0.3, first_message_s=1.5)
+        s.add("a", slow), s.add("b", other)
+        generation = s.generation()
+        assert await read_all(generation) == list(range(MAX_TOKENS))
+        assert generation.instances == (["a", "b"] if moved else ["a"])
+        assert s.count(s.metrics.stream_stalls, MODEL, "deadline") == int(moved)
         await s.channels.close()
 
     run(scenario)

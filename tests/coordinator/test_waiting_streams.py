@@ -21,7 +21,7 @@ def test_a_queued_request_is_not_given_up_while_keepalives_flow(tiny_ckpt, tmp_p
     (worker,) = start_workers(tiny_ckpt, tmp_path, 1, *REALTIME_ARGS, "--max-num-seqs", "1",
                               "--stream-keepalive", keepalive)
     c = InProcessCoordinator(workers=[worker.address], model_dir=str(tiny_ckpt),
-                             stream_progress_timeout_s=DEADLINE_S)
+                             stream_progress_timeout_s=DEADLINE_S, stream_first_message_timeout_s=DEADLINE_S)
     try:
         answers: dict[str, httpx.Response] = {}
 

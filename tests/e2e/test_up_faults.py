@@ -9,6 +9,7 @@ and are adopted); a worker is SIGSTOPped during eight greedy streams (they finis
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -459,6 +460,59 @@ def test_a_killed_coordinator_replica_costs_no_retried_request_and_refuses_no_co
     assert set(outcomes) == {"ok"}, [o for o in outcomes if o != "ok"][:5]
     assert restarts(platform)["coordinator-0"] == before.get("coordinator-0", 0) + 1
     assert platform.alive()
+
+
+def test_a_stream_cut_by_a_replica_s_death_resumes_on_another(platform, e2e_model):
+    """SIGKILL the coordinator replica serving a greedy stream; the client sends the same request
+    again with `Last-Event-ID` (to the same port: another replica answers) and gets the rest — the
+    joined text equals an undisturbed run, nothing repeated or missing (coordinator/resume.py)."""
+    url, headers = platform.ready["url"], {"Authorization": f"Bearer {API_KEY}"}
+    request = {"model": e2e_model.name, "prompt": "def fibonacci(n):", "max_tokens": 80, "temperature": 0,
+               "stream": True, "ignore_eos": True}
+    with httpx.stream("POST", f"{url}/v1/completions", json=request, headers=headers, timeout=60) as r:
+        undisturbed = "".join(text for _, text in sse_texts(r))
+    got, last_id = "", None
+    with httpx.Client(timeout=60) as http:
+        with http.stream("POST", f"{url}/v1/completions", json=request, headers=headers) as r:
+            events = sse_texts(r)
+            for event_id, text in events:
+                got, last_id = got + text, event_id
+                if len(got) >= 10:
+                    break
+            serving = [pid for streams, pid in replica_streams(platform) if streams]
+            assert len(serving) == 1, serving
+            kill(serving[0])
+            try:
+                for event_id, text in events:                 # what was in flight before the kill
+                    got, last_id = got + text, event_id
+            except httpx.HTTPError:
+                pass
+    assert got != undisturbed, "the stream ended before the replica died"
+    with httpx.stream("POST", f"{url}/v1/completions", json=request, timeout=60,
+                      headers={**headers, "Last-Event-ID": last_id}) as r:
+        assert r.status_code == 200, r.read()
+        rest = "".join(text for _, text in sse_texts(r))
+    assert got + rest == undisturbed
+
+
+def sse_texts(response: httpx.Response):
+    """(event id, text) of each completion event of a stream."""
+    event_id = None
+    for line in response.iter_lines():
+        if line.startswith("id: "):
+            event_id = line[4:]
+        elif line.startswith("data: ") and line != "data: [DONE]":
+            choices = json.loads(line[6:]).get("choices") or [{}]
+            yield event_id, choices[0].get("text") or ""
+
+
+def replica_streams(platform) -> list[tuple[int, int]]:
+    """(streams in flight, pid) of each coordinator replica, read on its own port."""
+    out = []
+    for port in platform.ready["coordinator_ports"].split(","):
+        replica = httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).json()["replica"]
+        out.append((replica["streams_in_flight"], replica["pid"]))
+    return out
 
 
 def test_the_controller_comes_back_after_sigkill(platform, e2e_model):

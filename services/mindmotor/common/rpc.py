@@ -513,7 +513,8 @@ ANY = frozenset(ROLES)
 CONTROL = frozenset({"controller", "deployer", "admin"})
 
 WORKER_POLICY = Policy("mindmotor.v1.Worker", default=ANY,
-                       rules={"Drain": CONTROL, "SetRole": CONTROL})
+                       rules={"Drain": CONTROL, "SetRole": CONTROL,
+                              "Recall": frozenset({"coordinator", "admin"})})
 CONTROLLER_POLICY = Policy("mindmotor.v1.Controller", default=frozenset({"admin"}), rules={
     "Register": frozenset({"worker"}), "Heartbeat": frozenset({"worker"}), "Deregister": frozenset({"worker", "admin"}),
     "Watch": frozenset({"coordinator", "deployer", "controller", "admin"}),

@@ -8,6 +8,7 @@ limit store."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from contextlib import asynccontextmanager
 
@@ -26,6 +27,7 @@ from .middleware import BodyLimitMiddleware, GateMiddleware, RequestIdMiddleware
 from .models import ModelCatalog
 from .progress import ProgressGuard
 from .rate_limit import MemoryRateLimiter, RateLimiter
+from .resume import new_key
 from .router import Router
 from .routes import api_router
 from .policies import make_policy
@@ -65,7 +67,9 @@ def build_coordinator(settings: CoordinatorSettings) -> Coordinator:
         limiter=make_rate_limiter(settings, metrics),
         specs=SpecChecker(HelperPool("specs", settings.spec_helpers, settings.spec_timeout_s, settings.spec_wait_s,
                                      HelperMetrics(metrics.registry))),
-        guard=ProgressGuard(table, metrics, settings.stream_progress_timeout_s, settings.failed_instance_silence_s))
+        guard=ProgressGuard(table, metrics, settings.stream_progress_timeout_s, settings.failed_instance_silence_s,
+                            settings.stream_first_message_timeout_s),
+        resume_key=hashlib.sha256(settings.resume_key.encode()).digest() if settings.resume_key else new_key())
 
 
 def make_source(settings: CoordinatorSettings, c: Coordinator):

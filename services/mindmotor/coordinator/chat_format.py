@@ -34,6 +34,12 @@ class ChatFormat:
         self._named: set[int] = set()                   # named: the choices whose header was sent
         self.running = running                      # continuous_usage_stats
 
+    @property
+    def resumable(self) -> bool:
+        """Whether a cut stream can be resumed (resume.py): not with parsed tool calls (a piece
+        makes several chunks, whose parser state runs over the whole output)."""
+        return self.tools is None
+
     def _chunk(self, index: int, delta: dict, finish_reason: str | None = None, logprobs=None,
                stop_reason=None) -> dict:
         choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}

@@ -45,6 +45,12 @@ class CompletionFormat:
         self.running = running                      # continuous_usage_stats
 
     @property
+    def resumable(self) -> bool:
+        """Whether a cut stream can be resumed (resume.py): not with logprobs (their text offsets
+        run over the whole output)."""
+        return self.logprobs is None
+
+    @property
     def _echo_logprobs(self) -> bool:
         return self.echo is not None and self.logprobs is not None
 

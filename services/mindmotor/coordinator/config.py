@@ -111,8 +111,9 @@ class CoordinatorSettings(BaseSettings):
     prefill_timeout_s: float = Field(60.0, gt=0)     # P/D split: longest Prefill call before falling back
     stream_progress_timeout_s: float = Field(5.0, ge=0)  # a worker stream silent this long (no token, no
                                                      # keepalive) is given up and continued elsewhere; 0: never
+    stream_first_message_timeout_s: float = Field(30.0, ge=0)  # ... before the call's first message
     failed_instance_silence_s: float = Field(2.0, gt=0)  # ... or silent this long while the routing table
-                                                     # says its instance failed (gone, suspect, unreachable)
+                                                     # says its instance failed (gone, replaced, suspect)
     retry_after_s: int = Field(1, ge=0)              # the Retry-After of a full queue
     max_tools: int = Field(128, ge=0)                # functions in one request's `tools` (OpenAI's limit)
     max_prompt_chars: int = Field(4 << 20, ge=1)     # a prompt's text, after the chat template
@@ -141,6 +142,11 @@ class CoordinatorSettings(BaseSettings):
     redis_prefix: str = "mindmotor:coordinator:ratelimit:"
     rate_limit_redis_timeout_s: float = Field(0.5, gt=0)  # each rate limit call to Redis (connect included)
     rate_limit_redis_skip_s: float = Field(5.0, ge=0)  # after a failed call Redis is skipped this long (fail open)
+
+    # resuming a cut stream on another coordinator (resume.py): every coordinator of a platform needs
+    # the same key ($MINDMOTOR_RESUME_KEY or the file); none: a random one (this process resumes alone)
+    resume_key: str | None = None
+    resume_key_file: str | None = None
 
     # CORS (vLLM's --allowed-origins etc.): off while no origin is allowed
     cors_allowed_origins: Annotated[list[str], NoDecode] = []    # e.g. ["https://app.example"] or ["*"]
@@ -183,6 +189,7 @@ class CoordinatorSettings(BaseSettings):
         if self.api_key_file:
             secret_list("API keys", file=self.api_key_file)
         self.redis_url = secret("Redis URL", self.redis_url, self.redis_url_file)
+        self.resume_key = secret("stream resume key", self.resume_key, self.resume_key_file)
         if bool(self.https_cert) != bool(self.https_key):
             raise ValueError("HTTPS needs both a certificate (--https-cert) and its key (--https-key)")
         for what, path in (("certificate", self.https_cert), ("key", self.https_key)):

@@ -29,8 +29,11 @@ def _most_telling(errors: list[BaseException]) -> BaseException:
 
 
 class ChoiceSet:
-    def __init__(self, generations: list[Generation]):
+    def __init__(self, generations: list[Generation], indices: list[int] | None = None):
+        """`indices`: each generation's choice index in the response (default: its position) —
+        a resumed stream runs only the choices its client has not seen finish."""
         self.generations = generations
+        self.indices = indices if indices is not None else list(range(len(generations)))
         self.streams = [g.stream() for g in generations]
         self._first: list[Piece] = []
         self._tasks: list[asyncio.Task] = []
@@ -46,7 +49,12 @@ class ChoiceSet:
         self._first = list(results)
 
     async def events(self) -> AsyncIterator[tuple[int, Piece]]:
-        """Every piece of every choice, as they come (each choice's pieces in order)."""
+        """Every piece of every choice, as they come (each choice's pieces in order), with the
+        choice's index in the response."""
+        async for position, piece in self._events():
+            yield self.indices[position], piece
+
+    async def _events(self) -> AsyncIterator[tuple[int, Piece]]:
         pending = []
         for index, piece in enumerate(self._first):
             yield index, piece

@@ -37,6 +37,7 @@ from typing import AsyncIterator
 import grpc
 
 from mindmotor.protocol import worker_pb2 as pb
+from mindmotor.protocol.request_digest import request_digest
 
 from .channels import WorkerChannels
 from .errors import APIError, InternalError, ServiceUnavailable, TooManyRequests
@@ -70,6 +71,7 @@ class Piece:
     stop_reason: int | str | None = None      # the stop token id or stop string, for "stop"
     usage: Usage | None = None                # on the last piece
     prompt_logprobs: list[pb.TokenLogprob] = field(default_factory=list)   # on the first, when asked
+    source: tuple[str, str] = ("", "")        # (instance, worker call's request id) that produced it
 
 
 @dataclass
@@ -106,13 +108,34 @@ class Generation:
         self.retry_after_s = retry_after_s
         self.instances: list[str] = []        # where each attempt went
         self.route = RouteRequest(request.prompt_token_ids, request.max_new_tokens)
+        self.source: tuple[str, str] = ("", "")   # the current worker call (instance, request id)
+        self._final: Piece | None = None          # resumed after its last token: only the finish is left
+
+    @property
+    def digest(self) -> bytes:
+        """What the worker calls of this choice ask for (protocol/request_digest.py)."""
+        return request_digest(self.request.prompt_token_ids, self.request.sampling.to_proto())
+
+    def resume_from(self, produced: list[int], sent_chars: int, finish_reason: str | None = None,
+                    stop_reason: int | str | None = None) -> None:
+        """Continue a choice whose client has `produced` and `sent_chars` characters (a stream
+        resumed on this coordinator: resume.py); with `finish_reason`, the choice had finished and
+        only its finish is left to send."""
+        self.produced, self.sent_chars = list(produced), sent_chars
+        if finish_reason:
+            prompt = len(self.request.prompt_token_ids)
+            self._final = Piece([], "", finish_reason=finish_reason, stop_reason=stop_reason,
+                                usage=Usage(prompt_tokens=prompt, completion_tokens=len(self.produced)))
 
     async def stream(self) -> AsyncIterator[Piece]:
         """The pieces of this choice, the last one with finish_reason and usage."""
         req = self.request
         tried: set[str] = set()
+        if self._final is not None:
+            yield self._final
+            return
         try:
-            if split_available(self.router.table, req.model):
+            if not self.produced and split_available(self.router.table, req.model):
                 first = await self._prefill_remotely()
                 if first is not None:
                     yield first
@@ -169,9 +192,11 @@ class Generation:
         except ServiceUnavailable:
             return None
         cost = len(req.prompt_token_ids)
+        call_id = f"{req.request_id}.p.{secrets.token_hex(3)}"
+        self.source = (instance.instance_id, call_id)
         call = self.channels.stub(instance.address).Prefill(
-            prefill_request(f"{req.request_id}.p.{secrets.token_hex(3)}", req.prompt_token_ids,
-                            req.sampling.to_proto(), req.priority), timeout=self.prefill_timeout_s)
+            prefill_request(call_id, req.prompt_token_ids, req.sampling.to_proto(), req.priority),
+            timeout=self.prefill_timeout_s)
         watch = self._watch(instance, call, deadline=False)     # unary: no keepalives, only the table's word
         self.router.table.begin(instance.instance_id, cost)
         self.metrics.routed.labels(req.model, instance.instance_id).inc()
@@ -265,7 +290,9 @@ class Generation:
         also when the progress guard gave the call up as silent."""
         req = self.request
         cost = self.route.cost_tokens
-        call = self.channels.stub(instance.address).Generate(self._worker_request())
+        worker_request = self._worker_request()
+        self.source = (instance.instance_id, worker_request.request_id)
+        call = self.channels.stub(instance.address).Generate(worker_request)
         watch = self._watch(instance, call)
         self.router.table.begin(instance.instance_id, cost)
         self.metrics.routed.labels(req.model, instance.instance_id).inc()
@@ -312,7 +339,7 @@ class Generation:
         self.sent_chars += len(response.text)
         piece = Piece(token_ids=token_ids, text=response.text, logprobs=list(response.logprobs),
                       finish_reason=finish, stop_reason=getattr(response, kind) if kind else None,
-                      prompt_logprobs=list(response.prompt_logprobs))
+                      prompt_logprobs=list(response.prompt_logprobs), source=self.source)
         if finish is not None:
             prompt = len(self.request.prompt_token_ids)
             cached = response.usage.cached_tokens if response.HasField("usage") else 0

@@ -56,6 +56,9 @@ class CoordinatorMetrics:
                                     "body_timeout (408) or too_many_connections (503)", ["reason"], registry=r)
         self.instances = Gauge(p + "routable_instances", "routable instances per model", ["model"], registry=r,
                                multiprocess_mode="livemax")
+        self.stream_resumes = Counter(p + "stream_resumes_total", "streams resumed from a Last-Event-ID, by outcome: "
+                                      "resumed, invalid (forged, malformed, another request), not_resumable (the "
+                                      "worker no longer has the output)", ["outcome"], registry=r)
         self.loop_lag = Histogram(p + "event_loop_lag_seconds", "how late the event loop ran a timer (a loop "
                                   "busy with one request's work delays every other request by this much)",
                                   buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),

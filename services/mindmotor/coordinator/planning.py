@@ -21,6 +21,7 @@ from .prompts import Prompt, bad_request, resolve_max_tokens
 from .respond import OutputFormat, respond
 from .router import NoInstanceAvailable
 from .sampling import SamplingOptions
+from .resume import HEADER as RESUME_HEADER, stream_marker
 from .state import Coordinator
 from .errors import TooManyRequests
 from mindmotor.sandbox.spec_check import SpecsBusy
@@ -39,7 +40,6 @@ async def generate(c: Coordinator, request: Request, request_id: str, model: Ser
     await check_structured(c, sampling)
     if not c.table.has_routable(model.name):
         raise NoInstanceAvailable(model.name)
-    ticket = c.admission.admit(model.name, choices)
     generations, prompt_indices = [], []
     for p_index, prompt in enumerate(prompts):
         c.metrics.prompt_tokens.labels(model.name).inc(len(prompt.token_ids))
@@ -53,8 +53,14 @@ async def generate(c: Coordinator, request: Request, request_id: str, model: Ser
                                           c.settings.prefill_timeout_s, retry_after_s=c.settings.retry_after_s,
                                           guard=c.guard))
             prompt_indices.append(p_index)
-    return await respond(request, ChoiceSet(generations), prompt_indices, fmt, stream, include_usage, ticket,
-                         c.metrics, model.name, c.in_flight)
+    marker = None
+    if stream:
+        marker = await stream_marker(request.headers.get(RESUME_HEADER), generations, fmt, c.resume_key, c.table,
+                                     c.channels, c.metrics)
+    running = [i for i in range(len(generations)) if not (marker and marker.resumed and marker.marks.choices[i].finished)]
+    ticket = c.admission.admit(model.name, len(running))
+    return await respond(request, ChoiceSet([generations[i] for i in running], running), prompt_indices, fmt, stream,
+                         include_usage, ticket, c.metrics, model.name, c.in_flight, marker)
 
 
 async def check_structured(c: Coordinator, sampling: SamplingOptions) -> None:

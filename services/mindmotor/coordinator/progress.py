@@ -9,11 +9,14 @@ progress, so silence itself means something. Every worker call the coordinator r
 waits for a slow HTTP client), and the call is given up — cancelled, `failure` set to an
 instance failure with the reason "STALLED" — when it has been silent
 
-- for `deadline_s` (`stream_progress_timeout_s`, 5 s; 0: never), or
+- for `deadline_s` (`stream_progress_timeout_s`, 5 s; 0: never) — before the call's first message
+  for `first_message_s` (`stream_first_message_timeout_s`, 30 s) at least: a worker with
+  thousands of calls queued takes seconds to start each one, and its keepalives come from a
+  started call (a frozen worker is caught sooner by the rule below, once the controller sees its
+  heartbeats stop) — or
 - for `failed_silence_s` (`failed_instance_silence_s`, 2 s) while the routing table holds the
   instance to have failed (`RoutingTable.failed_reason`: gone from the controller's table or
-  replaced, `suspect`/`unreachable`/`failed`, or marked failed by this coordinator — e.g. after
-  another of its streams stalled). A stream that still delivers is left alone whatever the table
+  replaced, `suspect`/`failed` there). A stream that still delivers is left alone whatever the table
   says: the worker evidently serves it (a restarted controller's first tables lack instances that
   are fine; a draining instance finishes its streams).
 
@@ -36,6 +39,7 @@ from .routing_table import InstanceView, RoutingTable
 log = logging.getLogger("mindmotor.coordinator")
 
 STALLED = "STALLED"      # the reason's prefix (the `reason` label of retries_total)
+LATE_S = 0.25            # a check this late means the coordinator's own loop is behind: no verdict yet
 
 
 class StreamWatch:
@@ -49,6 +53,7 @@ class StreamWatch:
         self.model = model
         self.request_id = request_id
         self.deadline_s = guard.deadline_s if deadline else 0.0
+        self.heard = False                       # a first message came: the worker is on it
         self.failure: WorkerFailure | None = None
         self._cancel = cancel
         self._loop = asyncio.get_running_loop()
@@ -63,6 +68,7 @@ class StreamWatch:
 
     def received(self) -> None:
         self._waiting_since = None
+        self.heard = True
 
     def close(self) -> None:
         if self._timer is not None:
@@ -78,8 +84,16 @@ class StreamWatch:
             self._arm()
 
     # ---- the clock ----------------------------------------------------------------------------
+    def _deadline(self) -> float:
+        """Until its first message a call may wait longer: a worker with thousands of calls queued
+        takes seconds to start each (its handler, which sends the keepalives, has not run yet)."""
+        if self.deadline_s <= 0:
+            return 0.0
+        return self.deadline_s if self.heard else max(self.deadline_s, self.guard.first_message_s)
+
     def _limit(self) -> float | None:
-        limits = [limit for limit, on in ((self.deadline_s, self.deadline_s > 0),
+        deadline = self._deadline()
+        limits = [limit for limit, on in ((deadline, deadline > 0),
                                           (self.guard.failed_silence_s, self._suspect)) if on]
         return min(limits) if limits else None
 
@@ -92,11 +106,18 @@ class StreamWatch:
             if self._timer.when() <= due:
                 return                                   # it fires first and re-arms if need be
             self._timer.cancel()
-        self._timer = self._loop.call_at(due, self._check)
+        self._timer = self._loop.call_at(due, self._check, due)
 
-    def _check(self) -> None:
+    def _check(self, due: float) -> None:
         self._timer = None
         if self.failure is not None or self._waiting_since is None:
+            return
+        late = self._loop.time() - due
+        if late > LATE_S:
+            # This loop ran the check late: it is itself overloaded (thousands of streams at once),
+            # and the worker's messages may be waiting in it unread. Silence is not evidence until
+            # the loop keeps time again: look again once it has caught up.
+            self._timer = self._loop.call_at(self._loop.time() + late, self._check, self._loop.time() + late)
             return
         silent = self._loop.time() - self._waiting_since
         if silent >= self.guard.failed_silence_s:
@@ -105,9 +126,11 @@ class StreamWatch:
             if reason is not None:
                 return self._give_up(f"{STALLED}: no message for {silent:.1f} s and {reason}", "routing_table",
                                      silent)
-        if self.deadline_s > 0 and silent >= self.deadline_s:
+        deadline = self._deadline()
+        if deadline > 0 and silent >= deadline:
             return self._give_up(f"{STALLED}: no message from the worker for {silent:.1f} s "
-                                 f"(stream_progress_timeout_s {self.deadline_s:g})", "deadline", silent)
+                                 f"({'stream_progress_timeout_s' if self.heard else 'stream_first_message_timeout_s'} "
+                                 f"{deadline:g})", "deadline", silent)
         self._arm()
 
     def _give_up(self, reason: str, cause: str, silent: float) -> None:
@@ -124,11 +147,12 @@ class ProgressGuard:
     changes or the instance is marked failed."""
 
     def __init__(self, table: RoutingTable, metrics: CoordinatorMetrics, deadline_s: float = 5.0,
-                 failed_silence_s: float = 2.0):
+                 failed_silence_s: float = 2.0, first_message_s: float = 30.0):
         self.table = table
         self.metrics = metrics
         self.deadline_s = deadline_s
         self.failed_silence_s = failed_silence_s
+        self.first_message_s = first_message_s
         self._watches: dict[str, set[StreamWatch]] = {}
         table.on_change(self._table_changed)
         table.on_failure(lambda view, reason: self._instance_changed(view.instance_id))

@@ -32,6 +32,7 @@ from .fanout import ChoiceSet
 from .generation import Piece, Usage
 from .metrics import CoordinatorMetrics
 from .results import ChoiceResult, total_usage
+from .resume import StreamMarker
 from .sse import DONE, EventStreamResponse, event
 
 
@@ -44,7 +45,7 @@ class OutputFormat(Protocol):
 
 async def respond(request: Request, choices: ChoiceSet, prompt_indices: list[int], fmt: OutputFormat,
                   stream: bool, include_usage: bool, ticket: Ticket, metrics: CoordinatorMetrics | None = None,
-                  model: str = "", in_flight=None) -> Response:
+                  model: str = "", in_flight=None, marker: StreamMarker | None = None) -> Response:
     served = ServedBy(request, choices, metrics, model)
     counted = False                 # this stream is in `in_flight.streams`
 
@@ -73,7 +74,7 @@ async def respond(request: Request, choices: ChoiceSet, prompt_indices: list[int
     if in_flight is not None:
         in_flight.streams += 1
         counted = True
-    return EventStreamResponse(_events(choices, prompt_indices, fmt, include_usage, served), on_close=close)
+    return EventStreamResponse(_events(choices, prompt_indices, fmt, include_usage, served, marker), on_close=close)
 
 
 class ServedBy:
@@ -147,19 +148,26 @@ async def _collect(choices: ChoiceSet, prompt_indices: list[int]) -> list[Choice
 
 
 async def _events(choices: ChoiceSet, prompt_indices: list[int], fmt: OutputFormat,
-                  include_usage: bool, served: ServedBy) -> AsyncIterator[bytes]:
+                  include_usage: bool, served: ServedBy, marker: StreamMarker | None = None) -> AsyncIterator[bytes]:
+    """The stream's events; with a `marker`, each with the id a client resumes from (resume.py)."""
+    resumed = marker is not None and marker.resumed
     usages: list[tuple[int, Usage | None]] = []
     try:
-        for index in range(len(prompt_indices)):
-            for chunk in fmt.stream_start(index):
-                yield event(chunk)
+        if resumed:
+            usages = [(prompt_indices[i], usage) for i, usage in marker.finished_usages()]
+        else:
+            for index in range(len(prompt_indices)):
+                for chunk in fmt.stream_start(index):
+                    yield event(chunk, marker and marker.chunk_id(index, chunk))
         async for index, piece in choices.events():
+            if marker is not None:
+                marker.on_piece(index, piece)
             for chunk in fmt.stream_piece(index, piece):
-                yield event(chunk)
+                yield event(chunk, marker and marker.chunk_id(index, chunk))
             if piece.finish_reason is not None:
                 usages.append((prompt_indices[index], piece.usage))
-        if include_usage:
-            yield event(fmt.usage_chunk(total_usage(usages)))
+        if include_usage and not (resumed and marker.marks.usage_sent):
+            yield event(fmt.usage_chunk(total_usage(usages)), marker and marker.usage_id())
     except APIError as exc:
         served.failed(exc)
         yield event(exc.body())

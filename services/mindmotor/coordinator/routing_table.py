@@ -8,11 +8,14 @@ the requests it has in flight on each instance (for `least_load`), and instances
 address it failed at: a replacement that registers under the same id at another address (a
 restarted replica gets new ports) starts unmarked.
 
-`failed_reason` says whether the table holds an instance (at an address) to have *failed* — gone
-from the table, replaced at another address, in a failed state (`suspect`: missed heartbeats or a
-reported failure; `unreachable`; `failed`), or marked failed here — as opposed to merely not
-routable (`starting`, `draining`, a role switch). The progress guard (`progress.py`) gives up the
-silent streams of such an instance at once.
+`failed_reason` says whether the table's source holds an instance (at an address) to have
+*failed* — gone from the table, replaced at another address, in a failed state (the controller's
+`suspect`: missed heartbeats or a reported failure; `failed`) — as opposed to merely not routable
+(`starting`, `draining`, a role switch). The progress guard (`progress.py`) gives up the silent
+streams of such an instance early. Not counted: a static worker's `unreachable` (a Status poll that
+timed out — what a worker busy with thousands of requests also does) and this coordinator's own
+marks (one stalled stream of a busy worker must not make every other stream of it look stalled:
+under a burst that cascaded into every instance marked and a 503).
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ class InstanceView:
 
 
 # Instance states (a controller's, or the static source's) that say the instance failed.
-FAILED_STATES = frozenset({"suspect", "unreachable", "failed"})
+FAILED_STATES = frozenset({"suspect", "failed"})      # the controller's verdicts (failed_reason)
 
 
 @dataclass
@@ -161,9 +164,6 @@ class RoutingTable:
             return f"the instance was replaced (now at {view.address})"
         if view.state in FAILED_STATES:
             return f"the routing table lists the instance as {view.state}"
-        local = self._local.get(instance_id)
-        if local is not None and self._suspect(local, view):
-            return "this coordinator marked the instance failed"
         return None
 
     def mark_failed(self, instance_id: str, reason: str) -> None:

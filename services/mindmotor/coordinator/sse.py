@@ -18,8 +18,10 @@ log = logging.getLogger("mindmotor.coordinator")
 DONE = b"data: [DONE]\n\n"
 
 
-def event(obj: dict) -> bytes:
-    return b"data: " + json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
+def event(obj: dict, event_id: str | None = None) -> bytes:
+    """One event; with `event_id`, an `id:` line first (a client reconnects with it: resume.py)."""
+    data = b"data: " + json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
+    return data if event_id is None else b"id: " + event_id.encode() + b"\n" + data
 
 
 class EventStreamResponse(Response):

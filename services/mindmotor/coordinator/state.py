@@ -17,6 +17,7 @@ from .metrics import CoordinatorMetrics
 from .models import ModelCatalog
 from .progress import ProgressGuard
 from .rate_limit import RateLimiter
+from .resume import new_key
 from .router import Router
 from mindmotor.sandbox.spec_check import SpecChecker
 
@@ -44,6 +45,7 @@ class Coordinator:
     started: bool = False          # the first look at the instances is done
     in_flight: InFlight = field(default_factory=InFlight)
     guard: ProgressGuard | None = None   # gives up silent worker calls (progress.py)
+    resume_key: bytes = field(default_factory=new_key)   # signs stream positions (resume.py)
 
 
 def get_coordinator(request: Request) -> Coordinator:

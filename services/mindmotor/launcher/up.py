@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -97,6 +98,7 @@ class Platform:
         self.port = config.port
         self.public: socket.socket | None = None         # the API's listening socket, every replica's
         self.replica_ports: dict[str, int] = {}          # coordinator replica → its own port (probes)
+        self.resume_key = secrets.token_urlsafe(32)      # the replicas' shared key: a stream resumes on any
         self.metrics_port = 0
         self._metrics_http = None
         self.url = ""
@@ -171,7 +173,7 @@ class Platform:
                              on_death=lambda service, pid: _forget_replica_metrics(self.log_dir / METRICS_DIR, pid))
 
     def _coordinator_env(self) -> dict[str, str]:
-        return {MULTIPROC_ENV: str(self.log_dir / METRICS_DIR)}
+        return {MULTIPROC_ENV: str(self.log_dir / METRICS_DIR), "MINDMOTOR_RESUME_KEY": self.resume_key}
 
     def _liveness_url(self, service: str):
         """What the service's own server answers (liveness.py): asked at each probe (ports are

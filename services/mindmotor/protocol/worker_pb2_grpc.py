@@ -79,6 +79,11 @@ class WorkerStub:
                 request_serializer=worker__pb2.SetRoleRequest.SerializeToString,
                 response_deserializer=worker__pb2.SetRoleResponse.FromString,
                 _registered_method=True)
+        self.Recall = channel.unary_unary(
+                '/mindmotor.v1.Worker/Recall',
+                request_serializer=worker__pb2.RecallRequest.SerializeToString,
+                response_deserializer=worker__pb2.RecallResponse.FromString,
+                _registered_method=True)
 
 
 class WorkerServicer:
@@ -154,6 +159,15 @@ class WorkerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Recall(self, request, context):
+        """The output so far of a Generate or Prefill call by its request id: while it runs, and for a
+        while after it ended (`--resume-retention`), so that another coordinator can continue a
+        client's stream after the one serving it died. NOT_FOUND: unknown or forgotten.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -201,6 +215,11 @@ def add_WorkerServicer_to_server(servicer, server):
                     servicer.SetRole,
                     request_deserializer=worker__pb2.SetRoleRequest.FromString,
                     response_serializer=worker__pb2.SetRoleResponse.SerializeToString,
+            ),
+            'Recall': grpc.unary_unary_rpc_method_handler(
+                    servicer.Recall,
+                    request_deserializer=worker__pb2.RecallRequest.FromString,
+                    response_serializer=worker__pb2.RecallResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -446,6 +465,33 @@ class Worker:
             '/mindmotor.v1.Worker/SetRole',
             worker__pb2.SetRoleRequest.SerializeToString,
             worker__pb2.SetRoleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Recall(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mindmotor.v1.Worker/Recall',
+            worker__pb2.RecallRequest.SerializeToString,
+            worker__pb2.RecallResponse.FromString,
             options,
             channel_credentials,
             insecure,

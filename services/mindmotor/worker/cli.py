@@ -96,6 +96,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     eng.add_argument("--no-prefix-caching", action="store_true", help="disable prefix caching")
     eng.add_argument("--no-chunked-prefill", action="store_true", help="disable chunked prefill")
     eng.add_argument("--seed", type=int, default=0, help="for requests without a seed (default: 0)")
+    eng.add_argument("--resume-retention", type=float, default=60.0, metavar="S",
+                     help="seconds a request's output tokens are kept after it ended, so that another coordinator "
+                          "can resume its client's stream (Recall); 0: not kept (default: %(default)s)")
     eng.add_argument("--spec-helpers", type=int, default=1,
                      help="helper processes that compile structured-output specs before the engine does, "
                           "so that a spec that crashes the compiler costs a helper, not the worker (default: 1)")
@@ -136,6 +139,7 @@ def config_from_args(args: argparse.Namespace):
                         role=args.role, kv_pull_timeout_s=args.kv_pull_timeout,
                         max_concurrent_requests=args.max_concurrent_requests,
                         spec_helpers=args.spec_helpers, spec_timeout_s=args.spec_timeout,
+                        resume_retention_s=args.resume_retention,
                         stream_keepalive_s=args.stream_keepalive, engine_stall_timeout_s=args.engine_stall_timeout,
                         **({"node": args.node} if args.node else {}))
 

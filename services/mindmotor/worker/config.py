@@ -39,6 +39,7 @@ class WorkerConfig:
     deployment: str = ""              # for canary / A-B traffic splits
     version: str = ""
     weight: int = 1
+    resume_retention_s: float = 60.0  # a call's output is kept this long after it ended (Recall); 0: not kept
     spec_helpers: int = 1             # helper processes that check structured-output specs (mindmotor.sandbox)
     spec_timeout_s: float = 3.0       # one spec's compile in a helper; longer: INVALID_ARGUMENT (below the
                                       # coordinator's stream progress deadline: no keepalives while checked)
@@ -52,6 +53,8 @@ class WorkerConfig:
             raise ValueError(f"the KV pull timeout must be positive, got {self.kv_pull_timeout_s}")
         if self.max_concurrent_requests < 1:
             raise ValueError(f"max_concurrent_requests must be at least 1, got {self.max_concurrent_requests}")
+        if self.resume_retention_s < 0:
+            raise ValueError(f"resume_retention_s must be at least 0, got {self.resume_retention_s}")
         if self.spec_helpers < 1 or self.spec_timeout_s <= 0:
             raise ValueError(f"spec_helpers must be at least 1 and spec_timeout_s positive, got "
                              f"{self.spec_helpers} and {self.spec_timeout_s}")

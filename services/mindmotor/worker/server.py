@@ -25,6 +25,7 @@ from mindmotor.protocol import worker_pb2, worker_pb2_grpc
 from .admission import Admission, server_options
 from .config import WorkerConfig, ready_line
 from .metrics import WorkerMetrics
+from .recall import OutputRecall
 from .registration import start_agent
 from mindmotor.sandbox.pool import HelperMetrics, HelperPool
 from mindmotor.sandbox.spec_check import SpecChecker
@@ -47,7 +48,8 @@ async def serve(config: WorkerConfig) -> int:
     service = WorkerService(engine, admission, metrics, config.worker_id, model_name, config.role,
                             node=config.node, kv_pull_timeout_s=config.kv_pull_timeout_s,
                             role_drain_timeout_s=config.role_drain_timeout_s, specs=specs,
-                            stream_keepalive_s=config.stream_keepalive_s)
+                            stream_keepalive_s=config.stream_keepalive_s,
+                            recall=OutputRecall(config.resume_retention_s))
     metrics.collector.role = lambda: service.role
     health = HealthServicer()
     server, port = rpc.make_server(config.host, config.port, rpc.WORKER_POLICY, registry=metrics.registry,

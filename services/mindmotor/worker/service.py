@@ -47,7 +47,9 @@ from .convert import (continuation_from_request, device_status_from_snapshot, lo
 from .kv_connector import WorkerKVConnector
 from .metrics import WorkerMetrics
 from .model_info import digest_only, read_model_info
+from .recall import OutputRecall, Recalled
 from .roles import RoleSwitch
+from mindmotor.protocol.request_digest import request_digest
 from mindmotor.sandbox.spec_check import SpecChecker, SpecsBusy
 
 log = logging.getLogger("mindmotor.worker")
@@ -57,8 +59,10 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
     def __init__(self, engine: AsyncLLMEngine, admission: Admission, metrics: WorkerMetrics,
                  worker_id: str, model_name: str, role: Role | str = Role.MIXED, node: str = "",
                  kv_pull_timeout_s: float = 5.0, role_drain_timeout_s: float = 30.0,
-                 specs: SpecChecker | None = None, stream_keepalive_s: float = 0.0):
+                 specs: SpecChecker | None = None, stream_keepalive_s: float = 0.0,
+                 recall: OutputRecall | None = None):
         self.engine = engine
+        self.recall = recall or OutputRecall()   # every call's output, for a coordinator that takes over
         self.specs = specs                # None: specs are compiled by the engine alone (tests, tools)
         self.stream_keepalive_s = stream_keepalive_s
         self.admission = admission
@@ -84,11 +88,16 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                 log.info("continuing a request begun elsewhere", extra={
                     "output_tokens": len(continuation.output_token_ids),
                     "kv_source": continuation.kv_source.address if continuation.kv_source else None})
-            with self.admission.track(request_id):
-                await self._stream(lambda: self.engine.generate(request_id, prompt, params, request.priority,
-                                                                continuation=continuation,
-                                                                keepalive_s=self.stream_keepalive_s),
-                                   context, request_id)
+            record = self.recall.start(request_id, request_digest(prompt, request.sampling),
+                                       list(continuation.output_token_ids) if continuation else [])
+            try:
+                with self.admission.track(request_id):
+                    await self._stream(lambda: self.engine.generate(request_id, prompt, params, request.priority,
+                                                                    continuation=continuation,
+                                                                    keepalive_s=self.stream_keepalive_s),
+                                       context, request_id, record)
+            finally:
+                self.recall.end(request_id, record)
 
     async def _admit(self, request_id: str, request, context
                      ) -> tuple[str | list[int], SamplingParams, Continuation | None]:
@@ -125,8 +134,10 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
             await _refuse(context, grpc.StatusCode.RESOURCE_EXHAUSTED,
                           f"the structured-output compilers of this worker are busy: {exc}")
 
-    async def _stream(self, open_outputs, context: grpc.aio.ServicerContext, request_id: str) -> None:
-        """Write every output of `open_outputs()` (raises RequestError for a refused request)."""
+    async def _stream(self, open_outputs, context: grpc.aio.ServicerContext, request_id: str,
+                      record: Recalled) -> None:
+        """Write every output of `open_outputs()` (raises RequestError for a refused request),
+        each also kept in `record` (Recall)."""
         timer = self.metrics.request_timer()
         finish_reason = "cancelled"          # unless the engine finishes it: the client went away
         try:
@@ -137,7 +148,9 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                         await context.write(pb.GenerateResponse(request_id=request_id, keepalive=True))
                         continue
                     timer.on_tokens(len(out.new_token_ids))
+                    record.output_token_ids.extend(out.new_token_ids)
                     if out.finished:
+                        record.finish_reason, record.stop_reason = out.finish_reason or "", out.stop_reason
                         # Before the write: a client that closes the call as soon as it has the last
                         # message may cancel the write, but the request finished, not "cancelled".
                         finish_reason = out.finish_reason
@@ -174,6 +187,19 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
             with request_context(request.request_id):
                 log.info("request aborted by Abort")
         return pb.AbortResponse(found=found)
+
+    async def Recall(self, request: pb.RecallRequest, context) -> pb.RecallResponse:
+        record = self.recall.get(request.request_id)
+        if record is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"no output of request {request.request_id!r} here "
+                                f"(unknown, or ended more than {self.recall.retention_s:g} s ago)")
+        out = pb.RecallResponse(digest=record.digest, output_token_ids=record.output_token_ids,
+                                finish_reason=record.finish_reason)
+        if isinstance(record.stop_reason, str):
+            out.stop_string = record.stop_reason
+        elif record.stop_reason is not None:
+            out.stop_token_id = record.stop_reason
+        return out
 
     async def Status(self, request: pb.StatusRequest, context) -> pb.StatusResponse:
         return self.status()
@@ -220,6 +246,9 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                 log.info("prefill done", extra={"finish_reason": out.finish_reason,
                                                 "prompt_tokens": len(ids), "ttft_s": timer.ttft_s,
                                                 "cached_tokens": out.num_cached_tokens})
+                record = self.recall.start(request_id, request_digest(prompt, request.sampling), list(out.new_token_ids))
+                record.finish_reason, record.stop_reason = out.finish_reason or "", out.stop_reason
+                self.recall.end(request_id, record)
                 return prefill_response(out, ids, self.node, self.engine.info.block_size)
 
     async def PullKV(self, request: pb.PullKVRequest, context):
