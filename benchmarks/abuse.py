@@ -57,36 +57,37 @@ def log(msg: str) -> None:
 
 
 # ---- the corpus: (name, endpoint, body) for variant i ---------------------------------------------
-def _chat(**fields) -> dict:
-    return {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, **fields}
+def _chat(model: str, **fields) -> dict:
+    return {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, **fields}
 
 
-def _completion(**fields) -> dict:
-    return {"model": MODEL, "prompt": "def f(x):", "max_tokens": 8, **fields}
+def _completion(model: str, **fields) -> dict:
+    return {"model": model, "prompt": "def f(x):", "max_tokens": 8, **fields}
 
 
 MEGABYTE_TEXT = "def f(x):\n    return x\n" * 40_000          # ~1 MB of JSON once escaped
 
 
-def corpus(i: int) -> list[tuple[str, str, str]]:
+def corpus(i: int, model: str = MODEL) -> list[tuple[str, str, str]]:
     """Every kind of attack once, as variant `i` (each spec differs from every other variant's)."""
+    m = model
     items = [
-        ("lark chain 3,000 rules", "completions", _completion(guided_grammar=chained_lark(3000 + i))),
+        ("lark chain 3,000 rules", "completions", _completion(m, guided_grammar=chained_lark(3000 + i))),
         ("crashing grammar within limits", "completions",
-         _completion(structured_outputs={"grammar": optional_chain(1990 - i % 50)})),
-        ("$ref chain 2,500 deep", "chat/completions", _chat(response_format={
+         _completion(m, structured_outputs={"grammar": optional_chain(1990 - i % 50)})),
+        ("$ref chain 2,500 deep", "chat/completions", _chat(m, response_format={
             "type": "json_schema", "json_schema": {"name": "x", "schema": ref_chain(2500 + i)}})),
-        ("5,000 tools", "chat/completions", _chat(tools=tools(5000 + i))),
+        ("5,000 tools", "chat/completions", _chat(m, tools=tools(5000 + i))),
         ("forced tool nested 100 deep", "chat/completions",
-         _chat(tools=tools(1, nested_schema(100 + i)), tool_choice="required")),
-        ("GBNF ~70 KB", "completions", _completion(guided_grammar=large_gbnf(600 + i))),
-        ("1 MB prompt", "completions", _completion(prompt=MEGABYTE_TEXT + str(i))),
+         _chat(m, tools=tools(1, nested_schema(100 + i)), tool_choice="required")),
+        ("GBNF ~70 KB", "completions", _completion(m, guided_grammar=large_gbnf(600 + i))),
+        ("1 MB prompt", "completions", _completion(m, prompt=MEGABYTE_TEXT + str(i))),
         ("1 MB chat message", "chat/completions",
-         _chat(messages=[{"role": "user", "content": MEGABYTE_TEXT + str(i)}])),
+         _chat(m, messages=[{"role": "user", "content": MEGABYTE_TEXT + str(i)}])),
     ]
     out = [(name, endpoint, json.dumps(body)) for name, endpoint, body in items]
     out.append(("JSON body 100,000 deep", "completions",
-                '{"model": "%s", "prompt": %s%s}' % (MODEL, "[" * 100_000, "]" * 100_000)))
+                '{"model": "%s", "prompt": %s%s}' % (m, "[" * 100_000, "]" * 100_000)))
     return out
 
 

@@ -264,6 +264,35 @@ def test_no_secret_on_any_command_line_and_the_services_use_them(platform, e2e_m
     assert len(instances(platform)) == 2
 
 
+def test_the_abuse_corpus_is_answered_and_kills_nothing(platform, e2e_model):
+    """Issue 19's corpus (specs that crashed the coordinator, a large GBNF grammar, thousands of
+    tools, megabyte prompts, a 100,000-deep JSON body), four at a time beside steady small
+    completions: each a 200 or a 4xx, no service restarted, every bystander served. Its figures
+    (latency, loop lag, at length) are benchmarks/abuse.py's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from benchmarks.abuse import corpus
+
+    services = {p: cmdline(p) for command in ("coordinator", "controller", "deployer", "worker")
+                for p in service_pids(platform, command)}
+    attacks = corpus(0, e2e_model.name)
+
+    def attack(item) -> tuple[str, int]:
+        name, endpoint, body = item
+        r = httpx.post(f"{platform.ready['url']}/v1/{endpoint}", content=body, timeout=120,
+                       headers={"content-type": "application/json", "Authorization": f"Bearer {API_KEY}"})
+        return name, r.status_code
+
+    with Prober(platform.ready["url"], e2e_model.name) as prober, ThreadPoolExecutor(4) as pool:
+        statuses = dict(pool.map(attack, attacks))
+    assert all(code == 200 or 400 <= code < 500 for code in statuses.values()), statuses
+    assert statuses["lark chain 3,000 rules"] == 400 and statuses["$ref chain 2,500 deep"] == 400
+    assert statuses["crashing grammar within limits"] == 400 and statuses["5,000 tools"] == 400
+    assert prober.codes and set(prober.codes) == {200}, prober.codes
+    assert {p: cmdline(p) for p in services} == services, "a service died or was replaced"
+
+
 def test_three_worker_kills_during_greedy_streams(platform, client, undisturbed, e2e_model):
     with Prober(platform.ready["url"], e2e_model.name) as prober:
         for round_ in range(3):
