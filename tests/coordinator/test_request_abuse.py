@@ -43,8 +43,12 @@ CASES = {
         "tools", "schema_too_deep"),
     "5,000 tools": (
         "chat/completions", lambda m: chat(m, tools=tools(5000)), 400, "tools", "too_many_tools"),
-    "a 1 MB prompt (beyond the tiny model's context)": (
-        "completions", lambda m: completion(m, prompt="def f(x):\n    return x\n" * 40_000), 400, "prompt", None),
+    "a 1 MB prompt (beyond the tiny model's context: refused before it is tokenized)": (
+        "completions", lambda m: completion(m, prompt="def f(x):\n    return x\n" * 40_000), 400, "prompt",
+        "context_length_exceeded"),
+    "a 1 MB chat message": (
+        "chat/completions", lambda m: chat(m, messages=[{"role": "user", "content": "x = 1\n" * 140_000}]), 400,
+        "messages", "context_length_exceeded"),
 }
 
 

@@ -11,6 +11,8 @@ test checkpoints), so that no tokenizer is ever downloaded.
 
 from __future__ import annotations
 
+import functools
+
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -150,8 +152,10 @@ class Tokenizer:
         template = config.get("chat_template")
         if isinstance(template, list):  # HF allows a list of named templates
             template = next((t["template"] for t in template if t.get("name") == "default"), None)
-        return cls(hf=hf, eos_token=eos, bos_token=bos, chat_template=template,
-                   eos_token_ids=tuple(sorted(eos_ids)))
+        tokenizer = cls(hf=hf, eos_token=eos, bos_token=bos, chat_template=template,
+                        eos_token_ids=tuple(sorted(eos_ids)))
+        tokenizer.max_token_chars                 # computed with the rest of the loading, not per request
+        return tokenizer
 
     @property
     def vocab_size(self) -> int:
@@ -159,6 +163,14 @@ class Tokenizer:
 
     def encode(self, text: str) -> list[int]:
         return self.hf.encode(text, add_special_tokens=False).ids
+
+    @functools.cached_property
+    def max_token_chars(self) -> int:
+        """The most characters one token decodes to: text of more than `n * max_token_chars`
+        characters has more than n tokens, known without tokenizing it."""
+        size = self.vocab_size
+        return max(1, max((len(t) for t in self.hf.decode_batch([[i] for i in range(size)],
+                                                                 skip_special_tokens=False)), default=1))
 
     def encode_many(self, texts: list[str]) -> list[list[int]]:
         """`encode` of each text, in the tokenizers library's batch call, which releases the GIL

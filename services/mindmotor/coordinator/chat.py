@@ -28,7 +28,7 @@ async def create_chat_completion(c: Coordinator, body: ChatCompletionRequest, re
         raise BadRequest("prompt_logprobs are not available when stream is true", param="prompt_logprobs")
     tools = tool_plan(body, c.settings.max_tools)
     prompt = await chat_prompt(body.messages, model.tokenizer, body.add_generation_prompt, tools.tools,
-                               c.settings.max_prompt_chars)
+                               c.settings.max_prompt_chars, model.max_model_len)
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     sampling = sampling_from_request(body, body.max_new_tokens, logprobs, body.prompt_logprobs)
     forced = tools.constraint()

@@ -24,7 +24,7 @@ async def create_completion(c: Coordinator, body: CompletionRequest, request: Re
         raise BadRequest("max_tokens 0 is only allowed with echo (to score the prompt)", param="max_tokens")
     if body.max_tokens == 0 and body.min_tokens:
         raise BadRequest("min_tokens must be 0 when max_tokens is 0", param="min_tokens")
-    prompts = await completion_prompts(body.prompt, model.tokenizer)
+    prompts = await completion_prompts(body.prompt, model.tokenizer, model.max_model_len)
     prompt_lp = body.prompt_logprobs
     if body.echo and body.logprobs is not None:        # the echoed prompt's logprobs come from the prefill
         prompt_lp = max(prompt_lp or 0, body.logprobs)

@@ -34,30 +34,39 @@ def bad_request(exc: InvalidRequest) -> BadRequest:
     return BadRequest(exc.message, param=exc.param, code=exc.code)
 
 
-async def encode_texts(tokenizer: Tokenizer, texts: list[str], param: str) -> list[list[int]]:
-    """Each text tokenized; a 400 naming `param` for text no tokenizer takes (lone surrogates).
-    Large inputs off the event loop."""
+async def encode_texts(tokenizer: Tokenizer, texts: list[str], param: str, max_model_len: int = 0
+                       ) -> list[list[int]]:
+    """Each text tokenized; a 400 naming `param` for text no tokenizer takes (lone surrogates), or
+    that is sure to exceed `max_model_len` tokens (more characters than that many tokens can
+    spell: refused without spending the CPU to tokenize it). Large inputs off the event loop."""
     try:
         for text in texts:
             check_text(text, param)
     except InvalidRequest as exc:
         raise bad_request(exc) from None
+    limit = max_model_len * tokenizer.max_token_chars if max_model_len else 0
+    longest = max((len(t) for t in texts), default=0)
+    if limit and longest > limit:
+        raise BadRequest(f"the {param} has {longest} characters, so more than this model's maximum context length "
+                         f"of {max_model_len} tokens (a token is at most {tokenizer.max_token_chars} characters)",
+                         param=param, code="context_length_exceeded")
     if sum(len(t) for t in texts) <= INLINE_CHARS:
         return [tokenizer.encode(t) for t in texts]
     return await asyncio.to_thread(tokenizer.encode_many, texts)
 
 
-async def encode_text(tokenizer: Tokenizer, text: str, param: str) -> list[int]:
-    return (await encode_texts(tokenizer, [text], param))[0]
+async def encode_text(tokenizer: Tokenizer, text: str, param: str, max_model_len: int = 0) -> list[int]:
+    return (await encode_texts(tokenizer, [text], param, max_model_len))[0]
 
 
-async def completion_prompts(prompt, tokenizer: Tokenizer) -> list[Prompt]:
+async def completion_prompts(prompt, tokenizer: Tokenizer, max_model_len: int = 0) -> list[Prompt]:
     if isinstance(prompt, str):
         prompt = [prompt]
     elif not prompt:
         raise BadRequest("the prompt is empty", param="prompt", code="invalid_value")
     if isinstance(prompt[0], str):
-        prompts = [Prompt(ids, p) for ids, p in zip(await encode_texts(tokenizer, list(prompt), "prompt"), prompt)]
+        prompts = [Prompt(ids, p) for ids, p in zip(await encode_texts(tokenizer, list(prompt), "prompt",
+                                                                          max_model_len), prompt)]
     elif isinstance(prompt[0], int):
         prompts = [Prompt(list(prompt))]
     else:
@@ -101,9 +110,10 @@ async def chat_text(messages: Sequence[ChatMessage], tokenizer: Tokenizer, add_g
 
 
 async def chat_prompt(messages: Sequence[ChatMessage], tokenizer: Tokenizer, add_generation_prompt: bool = True,
-                      tools: list[dict] | None = None, max_chars: int | None = None) -> Prompt:
+                      tools: list[dict] | None = None, max_chars: int | None = None,
+                      max_model_len: int = 0) -> Prompt:
     text = await chat_text(messages, tokenizer, add_generation_prompt, tools, max_chars)
-    ids = await encode_text(tokenizer, text, "messages")
+    ids = await encode_text(tokenizer, text, "messages", max_model_len)
     if not ids:
         raise BadRequest("the messages make an empty prompt", param="messages")
     return Prompt(ids, text)
