@@ -36,8 +36,8 @@ from .grammar import GrammarEngine, advance
 from .sampler import Sampler
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler, SchedulerConfig
-from .step_budget import host_attention_budget
 from .sequence import Sequence, SequenceStatus
+from .step_budget import host_attention_budget
 
 log = logging.getLogger("mindmotor.engine")
 

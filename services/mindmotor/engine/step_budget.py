@@ -12,7 +12,8 @@ token — does not grow with the prompts that happen to be prefilling:
   token count dominates; in the numpy model attention does beyond a few hundred tokens of context
   (docs/benchmarks.md, "Fair prefill"), which is why the worker bounds it — by default to
   `host_attention_budget(model)`: its cost is one score per pair, query head and layer, so the
-  same host time buys fewer pairs of a bigger model.
+  same host time buys fewer pairs of a bigger model. (A sliding window makes a deep chunk's
+  attention cheaper than the count says: the budget is then conservative.)
 
 A decode (one token) is never limited by the attention budget: the budget exists to protect decodes.
 When the attention budget leaves no room for even one token at a chunk's depth, the step's first

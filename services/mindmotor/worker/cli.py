@@ -88,8 +88,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     eng.add_argument("--max-num-batched-attention", type=_attention, default=None, metavar="PAIRS|auto",
                      help="query-key pairs of prefill attention one step computes (a chunk of c tokens "
                           "after p computed ones: c*p + c*(c+1)/2), so that a long prompt holds back other "
-                          "requests' tokens for one bounded step; auto: what costs the served model about "
-                          "30 ms on the host (131072 for the bundled model); 0: no limit (default: auto)")
+                          "requests' tokens for one bounded step; auto: about 30 ms of the served model's "
+                          "attention on the host (131072 for the bundled model); 0: no limit (default: auto)")
     eng.add_argument("--max-model-len", type=int, default=None, help="(default: the model's context)")
     eng.add_argument("--kv-host-budget", type=_size, default=None, metavar="SIZE",
                      help="host memory for KV arrays, e.g. 2GiB, 512MiB or 25%% (of the machine's); past it "
