@@ -34,6 +34,9 @@ def prompts_with_shared_prefixes(vocab: int) -> list[list[int]]:
     dict(num_blocks=20, max_num_batched_tokens=24),           # tiny pool: preemption; small budget: chunks
     dict(num_blocks=20, max_num_batched_tokens=64, max_num_seqs=3, enable_prefix_caching=False),
     dict(num_blocks=40, max_num_batched_tokens=80, enable_chunked_prefill=False, max_model_len=80),
+    # fair prefill: chunks capped at 5 tokens and 60 query-key pairs (1 token deep in a prompt),
+    # decodes first, one partial prefill at a time
+    dict(max_num_batched_tokens=32, long_prefill_token_threshold=5, max_num_batched_attention=60),
 ])
 @pytest.mark.parametrize("fixture", ["tiny_ckpt", "tiny_qwen2_ckpt"])
 def test_engine_greedy_equals_reference(request, fixture, options):

@@ -26,6 +26,7 @@ def prompts(vocab: int) -> list[list[int]]:
 @pytest.mark.parametrize("options", [
     dict(block_size=4),
     dict(block_size=4, max_num_batched_tokens=16, enable_chunked_prefill=True),
+    dict(block_size=4, long_prefill_token_threshold=6, max_num_batched_attention=80),   # small, 1-token chunks
     dict(block_size=4, num_blocks=20, max_num_seqs=4),       # a small pool: preemption by recompute
 ])
 def test_prompt_logprobs_equal_the_dense_reference(tiny_ckpt, options):

@@ -127,3 +127,129 @@ def test_abort_frees_running_and_waiting():
     bm = sched.block_manager
     assert bm.num_free_blocks == bm.num_blocks
     bm.check_invariants([])
+
+
+# ---- fair prefill: a long prompt cannot hold decodes back for more than one step's budget --------
+def decoding(sched: Scheduler, n: int, prompt_len: int = 3) -> list[Sequence]:
+    """`n` sequences past their prefill, each decoding one token a step from now on."""
+    seqs = [seq(f"d{i}", prompt_len, 10.0 + i) for i in range(n)]
+    for s in seqs:
+        sched.add(s)
+    run_step(sched)
+    assert all(s.num_output_tokens == 1 for s in seqs)
+    return seqs
+
+
+def prefill_pairs(out) -> int:
+    """Query-key pairs of the step's prefill chunks (what max_num_batched_attention bounds)."""
+    from mindmotor.engine.step_budget import attention_pairs
+    return sum(attention_pairs(s.num_new_tokens, s.seq.num_computed_tokens) for s in out.scheduled
+               if s.seq.num_tokens - s.seq.num_computed_tokens > 1)
+
+
+def test_a_long_prompt_is_chunked_within_the_budget_while_every_decode_runs_each_step():
+    budget, attention = 32, 600
+    sched = make(num_blocks=256, max_num_batched_tokens=budget, max_model_len=512,
+                 long_prefill_token_threshold=24, max_num_batched_attention=attention)
+    decodes = decoding(sched, 4)
+    long = seq("long", 300, 20.0)
+    sched.add(long)
+    chunks = []
+    while long.num_output_tokens == 0:
+        out = sched.schedule()
+        planned = dict(plan(out))
+        assert all(planned.get(d.request_id) == 1 for d in decodes), "a decode waited for the long prefill"
+        assert out.num_batched_tokens == sum(planned.values()) <= budget
+        assert prefill_pairs(out) <= attention
+        chunks.append(planned.get("long", 0))
+        for s in out.scheduled:                                   # what the engine does after the model
+            samples = s.samples
+            s.seq.num_computed_tokens += s.num_new_tokens
+            if samples:
+                s.seq.output_token_ids.append(5)
+    assert sum(chunks) == 300 and max(chunks) <= 24
+    assert len(chunks) > 300 // 24 + 1                            # deeper chunks are smaller: attention
+    assert chunks[0] == 24 and chunks[-1] < chunks[0]
+    sched.block_manager.check_invariants(sched.running)
+
+
+def test_decodes_go_before_a_prefill_that_comes_first_in_order():
+    """A long prompt of a higher priority, part-way through its prefill, comes first in (priority,
+    arrival) order; it must not take the whole token budget from the decodes behind it."""
+    sched = make(num_blocks=256, max_num_batched_tokens=16, max_model_len=512)
+    decoding(sched, 3)
+    long = seq("long", 200, 20.0, priority=-1)
+    sched.add(long)
+    assert plan(run_step(sched)) == [("d0", 1), ("d1", 1), ("d2", 1), ("long", 13)]
+    for _ in range(5):
+        assert plan(run_step(sched)) == [("d0", 1), ("d1", 1), ("d2", 1), ("long", 13)]
+
+
+def test_a_lone_chunk_always_progresses_even_past_the_attention_budget():
+    sched = make(num_blocks=256, max_num_batched_tokens=64, max_model_len=512, max_num_batched_attention=10)
+    long = seq("long", 40, 0.0)
+    sched.add(long)
+    assert plan(run_step(sched)) == [("long", 4)]                # 4 tokens from the start: 10 pairs
+    assert plan(run_step(sched)) == [("long", 1)]                # after 4: 2 tokens would be 11
+    steps = 2
+    while long.num_output_tokens == 0:
+        out = run_step(sched)
+        assert plan(out)[0][1] >= 1
+        steps += 1
+    assert long.num_computed_tokens == 40 and steps > 10
+
+
+def test_one_partial_prefill_at_a_time_and_short_prompts_go_first():
+    sched = make(num_blocks=256, max_num_batched_tokens=16, max_model_len=512, long_prefill_token_threshold=8)
+    a, b, short = seq("a", 40, 0.0), seq("b", 40, 1.0), seq("short", 5, 2.0)
+    for s in (a, b, short):
+        sched.add(s)
+    # a starts (8 tokens: the threshold); b would be a second partial prefill: it waits, and the
+    # short prompt behind it, which fits whole, goes first
+    assert plan(run_step(sched)) == [("a", 8), ("short", 5)]
+    assert [s.request_id for s in sched.waiting] == ["b"]
+    for _ in range(3):
+        assert plan(run_step(sched)) == [("short", 1), ("a", 8)]
+    assert plan(run_step(sched)) == [("short", 1), ("a", 8), ("b", 7)]   # a's last chunk: b may start
+    assert plan(run_step(sched)) == [("a", 1), ("short", 1), ("b", 8)]
+    two = make(num_blocks=256, max_num_batched_tokens=16, max_model_len=512, long_prefill_token_threshold=8,
+               max_num_partial_prefills=2)
+    for s in (seq("a", 40, 0.0), seq("b", 40, 1.0)):
+        two.add(s)
+    assert plan(run_step(two)) == [("a", 8), ("b", 8)]
+
+
+def test_preempting_a_decode_already_scheduled_takes_it_out_of_the_step():
+    """Decodes are scheduled first, but a prefill earlier in (priority, arrival) order still wins
+    blocks from a later decode: the decode is preempted and gives its token back."""
+    sched = make(num_blocks=3, max_num_batched_tokens=64, max_model_len=64, long_prefill_token_threshold=4)
+    long, late = seq("long", 16, 0.0), seq("late", 2, 1.0)
+    sched.add(long)
+    assert plan(run_step(sched)) == [("long", 4)]                  # 1 block
+    sched.add(late)
+    assert plan(run_step(sched)) == [("long", 4), ("late", 2)]     # 2 + 1 blocks: the pool is full
+    out = run_step(sched)           # late's decode fits its block; long's next chunk needs a 4th
+    assert [s.request_id for s in out.preempted] == ["late"]
+    assert plan(out) == [("long", 4)] and out.num_batched_tokens == 4
+    assert late.status == SequenceStatus.WAITING and late.num_computed_tokens == 0
+    sched.block_manager.check_invariants(sched.running)
+
+
+def test_max_tokens_within_is_the_largest_chunk_that_fits():
+    from mindmotor.engine.step_budget import attention_pairs, max_tokens_within
+    for computed in (0, 1, 7, 100, 4095, 8192):
+        for pairs in (0, 1, 2, 3, 50, 1000, 131072, 10**7):
+            c = max_tokens_within(pairs, computed)
+            assert attention_pairs(c, computed) <= pairs < attention_pairs(c + 1, computed)
+
+
+def test_the_default_attention_budget_prices_the_served_models_host_cost(tiny_ckpt):
+    from mindmotor.engine.config import EngineConfig
+    from mindmotor.engine.llm_engine import LLMEngine
+    from mindmotor.engine.step_budget import HOST_ATTENTION_SCORES_PER_STEP
+
+    auto = LLMEngine(EngineConfig(model=str(tiny_ckpt), max_num_batched_attention=None))
+    c = auto.model.config
+    assert auto.scheduler.config.max_num_batched_attention == \
+        HOST_ATTENTION_SCORES_PER_STEP // (c.num_attention_heads * c.num_hidden_layers)
+    assert LLMEngine(EngineConfig(model=str(tiny_ckpt))).scheduler.config.max_num_batched_attention == 0

@@ -14,7 +14,9 @@ from mindmotor.worker.cli import config_from_args
 FLAGS = ["--model", "--port", "--device", "--emulate", "--timing", "--host", "--metrics-port",
          "--max-num-seqs", "--max-num-batched-tokens", "--num-blocks", "--block-size",
          "--no-prefix-caching", "--no-chunked-prefill", "--memory-fraction", "--tp", "--drain-timeout",
-         "--worker-id", "--kv-host-budget", "--stream-keepalive", "--engine-stall-timeout"]
+         "--worker-id", "--kv-host-budget", "--stream-keepalive", "--engine-stall-timeout",
+         "--long-prefill-token-threshold", "--max-num-partial-prefills", "--max-num-batched-attention",
+         "--spec-helpers", "--spec-timeout", "--resume-retention"]
 
 
 def test_flags_build_the_configs():
@@ -71,3 +73,21 @@ def test_under_mutual_tls_a_worker_registers_under_its_certificates_name(tmp_pat
         worker_id_for("w-b", worker)                                # the controller would refuse it
     assert worker_id_for("w-b", None) == "w-b"                      # token or open mode: as given
     assert worker_id_for("w-b", certs.issue(tmp_path, "ops", "admin").cert.read_bytes()) == "w-b"
+
+
+def test_fair_prefill_flags_default_to_a_bounded_step_and_refuse_nonsense(capsys):
+    default = config_from_args(build_parser().parse_args(["worker"])).engine
+    assert (default.long_prefill_token_threshold, default.max_num_partial_prefills) == (0, 1)
+    assert default.max_num_batched_attention is None                    # auto: from the served model
+    args = build_parser().parse_args(["worker", "--long-prefill-token-threshold", "256", "--max-num-partial-prefills",
+                                      "2", "--max-num-batched-attention", "65536"])
+    e = config_from_args(args).engine
+    assert (e.long_prefill_token_threshold, e.max_num_partial_prefills, e.max_num_batched_attention) == (256, 2, 65536)
+    off = build_parser().parse_args(["worker", "--max-num-batched-attention", "0"])
+    assert config_from_args(off).engine.max_num_batched_attention == 0
+    for bad in ("lots", "-1"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["worker", "--max-num-batched-attention", bad])
+    assert "expected a number of query-key pairs or 'auto'" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="max_num_partial_prefills"):
+        config_from_args(build_parser().parse_args(["worker", "--max-num-partial-prefills", "0"]))

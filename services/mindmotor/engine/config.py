@@ -22,6 +22,11 @@ class EngineConfig:
     max_model_len: int | None = None      # None: the model's max_position_embeddings
     enable_prefix_caching: bool = True
     enable_chunked_prefill: bool = True
+    # The library defaults are vLLM's; `mindmotor worker` serves with a bounded step (worker/cli.py).
+    long_prefill_token_threshold: int = 0  # new tokens of one prefill per step; 0: no cap
+    max_num_partial_prefills: int = 1      # prompts part-way through their prefill at once
+    max_num_batched_attention: int | None = 0  # prefill query–key pairs per step; 0: no limit; None: from
+                                           # the served model's host cost (engine/step_budget.py)
     seed: int = 0                         # for requests that bring no seed of their own
     kv_pin_ttl_s: float = 30.0            # prefill-only KV is freed this long after pinning if not released
     kv_host_budget_bytes: int | None = None  # host memory for KV arrays; None: 10% of the machine's
@@ -38,5 +43,13 @@ class EngineConfig:
             raise ValueError(f"kv_pin_ttl_s must be positive, got {self.kv_pin_ttl_s}")
         if self.block_size < 1:
             raise ValueError(f"block_size must be at least 1, got {self.block_size}")
+        if self.long_prefill_token_threshold < 0:
+            raise ValueError(f"long_prefill_token_threshold must be at least 0 (0: no cap), got "
+                             f"{self.long_prefill_token_threshold}")
+        if self.max_num_batched_attention is not None and self.max_num_batched_attention < 0:
+            raise ValueError(f"max_num_batched_attention must be at least 0 (0: no limit; None: from the model), got "
+                             f"{self.max_num_batched_attention}")
+        if self.max_num_partial_prefills < 1:
+            raise ValueError(f"max_num_partial_prefills must be at least 1, got {self.max_num_partial_prefills}")
         if self.kv_host_budget_bytes is not None and self.kv_host_budget_bytes < 1:
             raise ValueError(f"kv_host_budget_bytes must be positive, got {self.kv_host_budget_bytes}")

@@ -38,6 +38,7 @@ from .sampler import Sampler
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler, SchedulerConfig
 from .sequence import Sequence, SequenceStatus
+from .step_budget import host_attention_budget
 
 log = logging.getLogger("mindmotor.engine")
 
@@ -151,8 +152,10 @@ class LLMEngine:
         self.sliding_window = mcfg.max_window    # on every layer: older blocks are released as they leave it
         self.scheduler = Scheduler(SchedulerConfig(
             max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
-            max_model_len=self.max_model_len, enable_chunked_prefill=config.enable_chunked_prefill),
-            self.block_manager)
+            max_model_len=self.max_model_len, enable_chunked_prefill=config.enable_chunked_prefill,
+            long_prefill_token_threshold=config.long_prefill_token_threshold,
+            max_num_partial_prefills=config.max_num_partial_prefills,
+            max_num_batched_attention=self._attention_budget(mcfg)), self.block_manager)
         self.kv_cache = PagedKVCache(mcfg.num_hidden_layers, host_blocks, config.block_size,
                                      mcfg.num_key_value_heads, mcfg.head_dim)
         self.runner = ModelRunner(self.model, self.kv_cache)
@@ -172,7 +175,10 @@ class LLMEngine:
         log.info("engine ready", extra={"model": str(self.model_dir), "device": config.device,
                                         "profile": profile.name, "num_blocks": num_blocks,
                                         "host_blocks": host_blocks, "kv_host_budget_bytes": self.kv_host_budget_bytes,
-                                        "max_model_len": self.max_model_len})
+                                        "max_model_len": self.max_model_len,
+                                        "max_num_batched_tokens": config.max_num_batched_tokens,
+                                        "long_prefill_token_threshold": config.long_prefill_token_threshold,
+                                        "max_num_batched_attention": self.scheduler.config.max_num_batched_attention})
 
     @property
     def info(self) -> EngineInfo:
@@ -181,6 +187,13 @@ class LLMEngine:
                           max_model_len=self.max_model_len, block_size=self.config.block_size,
                           timing=self.config.timing, profile_name=profile.name,
                           kv_bytes_per_token=profile.kv_bytes_per_token)
+
+    def _attention_budget(self, mcfg: LlamaConfig) -> int:
+        """Prefill query–key pairs per step: as configured, or (None) what costs the served model
+        `HOST_ATTENTION_SCORES_PER_STEP` on the host."""
+        if self.config.max_num_batched_attention is not None:
+            return self.config.max_num_batched_attention
+        return host_attention_budget(mcfg.num_attention_heads, mcfg.num_hidden_layers)
 
     def _host_blocks(self, num_blocks: int, mcfg: LlamaConfig) -> int:
         """How many blocks the host budget holds (at most the emulated pool); ValueError when that

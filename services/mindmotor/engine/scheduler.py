@@ -1,13 +1,18 @@
 """`Scheduler`: continuous batching that counts tokens, not phases.
 
 Every sequence has `num_computed_tokens`; a step gives each scheduled sequence some new tokens to
-compute. Running sequences go first (a decode is one new token; an unfinished prefill continues
-with its next chunk), then waiting prompts fill what is left of the token budget
-(`max_num_batched_tokens`) and the sequence budget (`max_num_seqs`), a chunk at a time when chunked
-prefill is on. Prefix-cache hits simply start a prompt with `num_computed_tokens > 0`.
+compute. Decodes go first (one new token each), then the running prefills continue with their next
+chunk, then waiting prompts fill what is left of the step's budget (`step_budget.StepBudget`:
+`max_num_batched_tokens` tokens, at most `long_prefill_token_threshold` of one prefill, and
+`max_num_batched_attention` query–key pairs of prefill attention) and of `max_num_seqs`, a chunk at
+a time when chunked prefill is on. So a long prompt cannot hold back anyone's next token for more
+than one step's budget. At most `max_num_partial_prefills` prompts are part-way through their
+prefill at once; a prompt that would start another waits, and shorter prompts behind it that fit
+whole in the step go first. Prefix-cache hits simply start a prompt with `num_computed_tokens > 0`.
 
-Order: lower `priority` first, then earlier arrival. When the block pool runs dry, the running
-sequence that comes last in that order is preempted (its blocks freed, recomputed later).
+Order: lower `priority` first, then earlier arrival (within decodes, and within prefills). When the
+block pool runs dry, the running sequence that comes last in that order is preempted (its blocks
+freed, recomputed later) — even one already scheduled in this step, which then gives its tokens back.
 
 The scheduler owns every holder of blocks: the running set, and through its KV connector
 (`kv_connector.SchedulerKVConnector`) the prefills pinned for a decode worker and the
@@ -25,6 +30,7 @@ from dataclasses import dataclass, field
 from .block_manager import BlockManager
 from .kv_connector import SchedulerKVConnector
 from .sequence import Sequence, SequenceStatus
+from .step_budget import StepBudget
 
 
 @dataclass(frozen=True)
@@ -33,10 +39,18 @@ class SchedulerConfig:
     max_num_batched_tokens: int = 8192
     max_model_len: int = 4096
     enable_chunked_prefill: bool = True
+    long_prefill_token_threshold: int = 0     # new tokens of one prefill per step; 0: no cap
+    max_num_partial_prefills: int = 1         # prompts part-way through their prefill at once
+    max_num_batched_attention: int = 0        # prefill query–key pairs per step; 0: no limit
 
     def __post_init__(self):
         if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be at least 1")
+        if self.long_prefill_token_threshold < 0 or self.max_num_batched_attention < 0:
+            raise ValueError("long_prefill_token_threshold and max_num_batched_attention must be at least 0 "
+                             "(0: no limit)")
+        if self.max_num_partial_prefills < 1:
+            raise ValueError(f"max_num_partial_prefills must be at least 1, got {self.max_num_partial_prefills}")
         if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
             raise ValueError(
                 f"without chunked prefill, max_num_batched_tokens ({self.max_num_batched_tokens}) must "
@@ -153,58 +167,98 @@ class Scheduler:
     # ---- one step ---------------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
-        budget = self.config.max_num_batched_tokens
-        budget = self._schedule_running(out, budget)
+        c = self.config
+        budget = StepBudget(tokens=c.max_num_batched_tokens, attention_limit=c.max_num_batched_attention or None,
+                            chunk_tokens=c.long_prefill_token_threshold, chunked=c.enable_chunked_prefill)
+        self._schedule_running(out, budget)
         if not out.preempted:
             self._schedule_waiting(out, budget)
         return out
 
-    def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
-        """Decodes and unfinished prefills of running sequences, in order; preempt from the back."""
-        i = 0
-        while i < len(self.running) and budget > 0:
-            seq = self.running[i]
-            num_new = self._num_new_tokens(seq.num_tokens - seq.num_computed_tokens, budget)
-            if num_new == 0:
-                i += 1
-                continue
-            while not self.block_manager.allocate_slots(seq, num_new):
-                victim = self.running[-1]
-                self._preempt(victim, out)
-                if victim is seq:
-                    break
-            else:
-                out.scheduled.append(ScheduledSequence(seq, num_new))
-                out.num_batched_tokens += num_new
-                budget -= num_new
-                i += 1
-                continue
-            break  # seq itself was preempted: everything after it is gone too
-        return budget
-
-    def _schedule_waiting(self, out: SchedulerOutput, budget: int) -> None:
-        bm = self.block_manager
-        # a continuation waiting for its KV will run: it counts against max_num_seqs already
-        while self.waiting and budget > 0 and len(self.running) + self.kv.num_loading < self.config.max_num_seqs:
-            seq = self.waiting[0]
-            if seq.kv_source is not None:
-                if not self._admit_for_kv(seq):
-                    break
-                continue
-            # prompt logprobs need every prompt position's logits: cached blocks would skip them
-            admitted = bm.admit(seq, lambda n: self._num_new_tokens(n, budget) or None,
-                                max_cached_tokens=0 if seq.needs_prompt_logits else None)
-            if admitted is None:
+    def _schedule_running(self, out: SchedulerOutput, budget: StepBudget) -> None:
+        """Every decode, then every unfinished prefill's next chunk, each in order; when the pool
+        runs dry, preempt from the back of the order."""
+        decodes = [s for s in self.running if s.num_tokens - s.num_computed_tokens == 1]
+        prefills = [s for s in self.running if s.num_tokens - s.num_computed_tokens > 1]
+        for seq in decodes + prefills:
+            if budget.tokens <= 0:
                 break
-            heapq.heappop(self.waiting)
-            if seq.num_preemptions == 0:     # of the prompt: a continuation's outputs may hit too
-                seq.num_cached_tokens = min(admitted.num_cached_tokens, seq.num_prompt_tokens)
-            seq.num_computed_tokens = admitted.num_cached_tokens
-            seq.status = SequenceStatus.RUNNING
-            bisect.insort(self.running, seq)
-            out.scheduled.append(ScheduledSequence(seq, admitted.num_new_tokens))
-            out.num_batched_tokens += admitted.num_new_tokens
-            budget -= admitted.num_new_tokens
+            if seq.status != SequenceStatus.RUNNING:      # preempted for one before it
+                continue
+            num_remaining = seq.num_tokens - seq.num_computed_tokens
+            num_new = budget.num_new_tokens(num_remaining, seq.num_computed_tokens)
+            if num_new == 0 or not self._allocate(seq, num_new, out, budget):
+                continue
+            self._add_scheduled(out, budget, seq, num_new, prefill=num_remaining > 1)
+
+    def _allocate(self, seq: Sequence, num_new: int, out: SchedulerOutput, budget: StepBudget) -> bool:
+        """Blocks for `seq`'s next `num_new` tokens, preempting from the back of the order until
+        they fit; False when `seq` itself was preempted."""
+        while not self.block_manager.allocate_slots(seq, num_new):
+            victim = self.running[-1]
+            self._preempt(victim, out, budget)
+            if victim is seq:
+                return False
+        return True
+
+    def _add_scheduled(self, out: SchedulerOutput, budget: StepBudget, seq: Sequence, num_new: int,
+                       prefill: bool) -> None:
+        budget.take(seq, num_new, seq.num_computed_tokens, prefill)
+        out.scheduled.append(ScheduledSequence(seq, num_new))
+        out.num_batched_tokens += num_new
+
+    def _num_partial_prefills(self, out: SchedulerOutput) -> int:
+        """Running prompts that this step leaves part-way through their prefill."""
+        scheduled = {id(s.seq): s.num_new_tokens for s in out.scheduled}
+        return sum(1 for seq in self.running
+                   if seq.num_tokens - seq.num_computed_tokens > 1
+                   and seq.num_tokens - seq.num_computed_tokens > scheduled.get(id(seq), 0))
+
+    def _schedule_waiting(self, out: SchedulerOutput, budget: StepBudget) -> None:
+        if not self.waiting:
+            return
+        bm = self.block_manager
+        partial = self._num_partial_prefills(out)
+        held_back: list[Sequence] = []     # would start another partial prefill: back in the queue after
+        try:
+            # a continuation waiting for its KV will run: it counts against max_num_seqs already
+            while self.waiting and budget.tokens > 0 and \
+                    len(self.running) + self.kv.num_loading < self.config.max_num_seqs:
+                seq = self.waiting[0]
+                if seq.kv_source is not None:
+                    if not self._admit_for_kv(seq):
+                        break
+                    continue
+                too_many_partial = False
+
+                def new_tokens(num_remaining: int) -> int | None:
+                    nonlocal too_many_partial
+                    num_new = budget.num_new_tokens(num_remaining, seq.num_tokens - num_remaining)
+                    if 0 < num_new < num_remaining and partial >= self.config.max_num_partial_prefills:
+                        too_many_partial = True
+                        return None
+                    return num_new or None
+
+                # prompt logprobs need every prompt position's logits: cached blocks would skip them
+                admitted = bm.admit(seq, new_tokens, max_cached_tokens=0 if seq.needs_prompt_logits else None)
+                if admitted is None:
+                    if too_many_partial:      # it waits for a prefill in progress; others may fit whole
+                        held_back.append(heapq.heappop(self.waiting))
+                        continue
+                    break
+                heapq.heappop(self.waiting)
+                if seq.num_preemptions == 0:     # of the prompt: a continuation's outputs may hit too
+                    seq.num_cached_tokens = min(admitted.num_cached_tokens, seq.num_prompt_tokens)
+                seq.num_computed_tokens = admitted.num_cached_tokens
+                seq.status = SequenceStatus.RUNNING
+                bisect.insort(self.running, seq)
+                num_remaining = seq.num_tokens - seq.num_computed_tokens
+                if admitted.num_new_tokens < num_remaining:
+                    partial += 1
+                self._add_scheduled(out, budget, seq, admitted.num_new_tokens, prefill=num_remaining > 1)
+        finally:
+            for seq in held_back:
+                heapq.heappush(self.waiting, seq)
 
     def _admit_for_kv(self, seq: Sequence) -> bool:
         """Blocks for a KV continuation's prompt (its cached prefix reused); it then waits for the
@@ -220,13 +274,14 @@ class Scheduler:
         self.kv.start_load(seq, admitted.num_cached_tokens)
         return True
 
-    def _num_new_tokens(self, num_remaining: int, budget: int) -> int:
-        if num_remaining <= budget:
-            return num_remaining
-        return budget if self.config.enable_chunked_prefill else 0
-
-    def _preempt(self, seq: Sequence, out: SchedulerOutput) -> None:
-        """Recompute preemption: drop the KV, send the sequence back to the waiting queue."""
+    def _preempt(self, seq: Sequence, out: SchedulerOutput, budget: StepBudget) -> None:
+        """Recompute preemption: drop the KV, send the sequence back to the waiting queue (taking
+        it out of this step if it was already scheduled)."""
+        for i, s in enumerate(out.scheduled):
+            if s.seq is seq:
+                del out.scheduled[i]
+                out.num_batched_tokens -= budget.refund(seq)
+                break
         self.running.remove(seq)
         self.block_manager.free(seq)
         seq.num_computed_tokens = 0

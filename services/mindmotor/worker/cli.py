@@ -87,7 +87,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     eng.add_argument("--block-size", type=int, default=16, help="tokens per KV block (default: %(default)s)")
     eng.add_argument("--num-blocks", type=int, default=None, help="KV pool size (default: from the device plan)")
     eng.add_argument("--max-num-seqs", type=int, default=256, help="(default: %(default)s)")
-    eng.add_argument("--max-num-batched-tokens", type=int, default=8192, help="(default: %(default)s)")
+    eng.add_argument("--max-num-batched-tokens", type=int, default=8192,
+                     help="tokens one step computes, decodes and prefill chunks together (default: %(default)s)")
+    eng.add_argument("--long-prefill-token-threshold", type=int, default=0, metavar="N",
+                     help="new tokens of one prompt per step, with chunked prefill; 0: no cap beyond "
+                          "the step's budgets (default: %(default)s)")
+    eng.add_argument("--max-num-partial-prefills", type=int, default=1, metavar="N",
+                     help="prompts part-way through a chunked prefill at once; one that would start "
+                          "another waits, shorter ones that fit whole go first (default: %(default)s)")
+    eng.add_argument("--max-num-batched-attention", type=_attention, default=None, metavar="PAIRS|auto",
+                     help="query-key pairs of prefill attention one step computes (a chunk of c tokens "
+                          "after p computed ones: c*p + c*(c+1)/2), so that a long prompt holds back other "
+                          "requests' tokens for one bounded step; auto: about 30 ms of the served model's "
+                          "attention on the host (131072 for the bundled model); 0: no limit (default: auto)")
     eng.add_argument("--max-model-len", type=int, default=None, help="(default: the model's context)")
     eng.add_argument("--kv-host-budget", type=_size, default=None, metavar="SIZE",
                      help="host memory for KV arrays, e.g. 2GiB, 512MiB or 25%% (of the machine's); past it "
@@ -105,6 +117,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     eng.add_argument("--spec-timeout", type=float, default=3.0,
                      help="seconds one spec may take to compile in a helper; longer is INVALID_ARGUMENT "
                           "(default: %(default)s)")
+
+
+def _attention(text: str) -> int | None:
+    """`--max-num-batched-attention`: a number of query-key pairs, or "auto" (None)."""
+    if text == "auto":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of query-key pairs or 'auto', got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0 (0: no limit), got {value}")
+    return value
 
 
 def _size(text: str) -> int:
@@ -128,6 +153,9 @@ def config_from_args(args: argparse.Namespace):
         timing=args.timing, memory_fraction=args.memory_fraction, block_size=args.block_size,
         num_blocks=args.num_blocks, max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=args.max_model_len,
+        long_prefill_token_threshold=args.long_prefill_token_threshold,
+        max_num_partial_prefills=args.max_num_partial_prefills,
+        max_num_batched_attention=args.max_num_batched_attention,
         enable_prefix_caching=not args.no_prefix_caching,
         enable_chunked_prefill=not args.no_chunked_prefill, seed=args.seed, kv_pin_ttl_s=args.kv_pin_timeout,
         kv_host_budget_bytes=args.kv_host_budget)
