@@ -12,7 +12,11 @@ protocol adds, per connection:
   either one missed → `408` (OpenAI error JSON, `code: request_timeout`) and the connection closed;
 - a connection limit: beyond `max_connections` open connections, a new one gets `503` with
   `Retry-After` (`code: too_many_connections`) once its request line and headers are in, then is
-  closed.
+  closed;
+- unambiguous framing: a request with both `Content-Length` and `Transfer-Encoding` (the classic
+  request-smuggling shape: h11 would frame it by Transfer-Encoding, a proxy in front may have
+  framed it by Content-Length) gets `400` (`code: ambiguous_framing`) and the connection is closed
+  (RFC 9112 section 6.3), the app never sees it.
 
 A refusal is a lingering close: the response, then the sending side shut (the client reads the
 response and EOF), whatever else the client sends discarded for `LINGER_S`, then the close — an
@@ -22,8 +26,15 @@ response before the client read it.
 Once a request is complete nothing is timed here: generating the response (a long stream) takes
 what it takes; after it, uvicorn's keep-alive timeout applies.
 
+Pipelined requests (several sent before the first answer) are uvicorn's: answered one after the
+other, in order (`tests/coordinator/test_http_pipelining.py`). A client that half-closes its side
+(FIN) after its last request is taken as gone, as by uvicorn and most servers: the request still
+being answered then is cancelled (that is what stops a generation whose client went away) and no
+answer is written; one must keep its side open until it has read its answers.
+
 It subclasses uvicorn's `H11Protocol` and reads its connection state (`conn`, `cycle`,
-`connections`), so a uvicorn upgrade is checked by `tests/coordinator/test_http_limits.py`.
+`connections`, the `app` it reads when a request's headers are complete), so a uvicorn upgrade is
+checked by `tests/coordinator/test_http_limits.py`.
 """
 
 from __future__ import annotations
@@ -57,11 +68,27 @@ def _error_response(status: int, reason: str, message: str, type_: str, code: st
     return ("\r\n".join(head) + "\r\n\r\n").encode() + body
 
 
+def ambiguous_framing(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Both Content-Length and Transfer-Encoding (names as uvicorn gives them: lower case)."""
+    names = {name for name, _ in headers}
+    return b"content-length" in names and b"transfer-encoding" in names
+
+
 def limited_h11(limits: HTTPLimits, on_refused: Callable[[str], None] | None = None) -> type[H11Protocol]:
     """The protocol class to give uvicorn (`uvicorn.Config(http=...)`). `on_refused(reason)` is
-    called for every connection cut off: "header_timeout", "body_timeout" or "too_many_connections"."""
+    called for every connection cut off: "header_timeout", "body_timeout", "too_many_connections" or
+    "ambiguous_framing"."""
 
     class LimitedH11Protocol(H11Protocol):
+        # uvicorn reads `self.app` once a request's headers are in (`self.headers` set), to start it
+        @property
+        def app(self):
+            return self._refuse_ambiguous if ambiguous_framing(self.headers or []) else self._app
+
+        @app.setter
+        def app(self, app) -> None:
+            self._app = app
+
         def connection_made(self, transport: asyncio.Transport) -> None:
             super().connection_made(transport)
             self._deadline: asyncio.TimerHandle | None = None
@@ -86,7 +113,7 @@ def limited_h11(limits: HTTPLimits, on_refused: Callable[[str], None] | None = N
         # ---- deadlines ----------------------------------------------------------------------
         def _follow(self) -> None:
             """Time the part of the request being read now (nothing once it is complete)."""
-            if self.transport.is_closing():
+            if self.transport.is_closing() or self._refused:
                 return
             state = self.conn.their_state
             self._set_deadline("headers" if state is h11.IDLE else "body" if state is h11.SEND_BODY else None)
@@ -104,7 +131,7 @@ def limited_h11(limits: HTTPLimits, on_refused: Callable[[str], None] | None = N
 
         def _expired(self, phase: str, timeout: float) -> None:
             self._deadline = None
-            if self.transport.is_closing():
+            if self.transport.is_closing() or self._refused:
                 return
             log.warning("HTTP client too slow; connection closed", extra={
                 "phase": phase, "timeout_s": timeout, "client": "%s:%d" % self.client if self.client else None})
@@ -127,6 +154,18 @@ def limited_h11(limits: HTTPLimits, on_refused: Callable[[str], None] | None = N
                 self.loop.call_later(LINGER_S, self.transport.close)
             else:
                 self.transport.close()
+
+        # ---- framing -----------------------------------------------------------------------
+        async def _refuse_ambiguous(self, scope, receive, send) -> None:
+            """The app uvicorn runs for a request with ambiguous framing: 400, then close."""
+            if on_refused is not None:
+                on_refused("ambiguous_framing")
+            log.warning("HTTP request with both Content-Length and Transfer-Encoding refused", extra={
+                "client": "%s:%d" % self.client if self.client else None})
+            self.cycle.response_started = self.cycle.response_complete = True   # answered here
+            self._refuse(_error_response(
+                400, "Bad Request", "a request may not have both Content-Length and Transfer-Encoding",
+                "invalid_request_error", "ambiguous_framing"))
 
         # ---- the connection limit -----------------------------------------------------------
         def _refuse_when_headers_are_in(self, data: bytes) -> None:
