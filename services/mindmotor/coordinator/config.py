@@ -107,7 +107,7 @@ class CoordinatorSettings(BaseSettings):
     prefill_timeout_s: float = Field(60.0, gt=0)     # P/D split: longest Prefill call before falling back
     retry_after_s: int = Field(1, ge=0)              # the Retry-After of a full queue
 
-    # HTTP connections (coordinator/http_protocol.py)
+    # HTTP connections (common/http_limits.py)
     http_header_timeout_s: float = Field(10.0, gt=0)  # request line + headers complete within this (else 408)
     http_body_timeout_s: float = Field(60.0, gt=0)   # the body complete within this after the headers (else 408)
     http_keep_alive_s: float = Field(30.0, gt=0)     # an idle kept-alive connection is closed after this

@@ -1,4 +1,5 @@
-"""`limited_h11(limits)`: uvicorn's h11 protocol with the limits uvicorn does not have.
+"""`limited_h11(limits)`: uvicorn's h11 protocol with the limits uvicorn does not have (the
+coordinator's public API, the controller's admin API).
 
 uvicorn closes idle keep-alive connections (`timeout_keep_alive`), caps a header block's size
 (`h11_max_incomplete_event_size`) and sets the listen backlog, but a client that opens a
@@ -48,7 +49,7 @@ from typing import Callable
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-log = logging.getLogger("mindmotor.coordinator")
+log = logging.getLogger("mindmotor.http")
 
 LINGER_S = 2.0
 
@@ -181,7 +182,7 @@ def limited_h11(limits: HTTPLimits, on_refused: Callable[[str], None] | None = N
                 on_refused("too_many_connections")
             log.warning("too many HTTP connections; one refused", extra={"max_connections": limits.max_connections})
             self._refuse(_error_response(
-                503, "Service Unavailable", f"the coordinator has {limits.max_connections} open connections, "
+                503, "Service Unavailable", f"the server has {limits.max_connections} open connections, "
                 "its limit; retry later", "server_error", "too_many_connections", (("retry-after", "1"),)))
 
     return LimitedH11Protocol
