@@ -47,7 +47,8 @@ class CoordinatorMetrics:
                                             "because the rate limit store failed (error) or was being skipped "
                                             "after a failure (skipped)", ["reason"], registry=r)
         self.http_refused = Counter(p + "http_refused_total", "connections cut off: header_timeout, "
-                                    "body_timeout (408) or too_many_connections (503)", ["reason"], registry=r)
+                                    "body_timeout (408), too_many_connections (503), ambiguous_framing or "
+                                    "invalid_request (400)", ["reason"], registry=r)
         self.instances = Gauge(p + "routable_instances", "routable instances per model", ["model"], registry=r)
         self.model_discovery = Counter(p + "model_discovery_total", "ModelInfo outcomes of model discovery: "
                                        "discovered, matched, version_tokenizer, conflict, local_differs, failed, "

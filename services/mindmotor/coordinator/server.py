@@ -14,7 +14,7 @@ import sys
 import uvicorn
 
 from mindmotor.common.asgi_server import Server
-from mindmotor.common.http_limits import HTTPLimits, limited_h11
+from mindmotor.common.http_limits import HTTPLimits, limited_protocol
 
 from .app import create_app
 from .config import CoordinatorSettings, ready_line
@@ -56,7 +56,7 @@ def make_server(app, log_level: str = "warning", settings: CoordinatorSettings |
     config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on", log_level=log_level.lower(),
                             timeout_graceful_shutdown=GRACEFUL_S, timeout_keep_alive=s.http_keep_alive_s,
                             h11_max_incomplete_event_size=s.http_max_header_bytes, backlog=s.http_backlog,
-                            http=limited_h11(limits, on_refused), **tls)
+                            http=limited_protocol(limits, on_refused, s.http_protocol), **tls)
     return Server(config, handshake_timeout_s=s.http_header_timeout_s)
 
 
