@@ -107,6 +107,7 @@ def limited_protocol(limits: HTTPLimits, on_refused: Callable[[str], None] | Non
 
 
 def limited_h11(limits: HTTPLimits, on_refused: Callable[[str], None] | None = None) -> type:
+    """`limited_protocol` on h11 (uvicorn's pure-Python parser: no package beyond uvicorn's own)."""
     return limited_protocol(limits, on_refused, "h11")
 
 
