@@ -77,3 +77,21 @@ async def test_metrics(spawn_controller, make_instance, make_watcher):
     heartbeats = next(line for line in text.splitlines()
                       if line.startswith("mindmotor_controller_heartbeats_received_total"))
     assert float(heartbeats.split()[-1]) >= 2
+
+
+async def test_the_admin_api_has_the_http_limits(spawn_controller):
+    """The admin port is served with common/http_limits.py: e.g. a request framed two ways (the
+    request-smuggling shape) is refused with 400 in the error shape and the connection closed."""
+    import json
+    import socket
+    from urllib.parse import urlsplit
+
+    ctrl = spawn_controller()
+    with socket.create_connection(("127.0.0.1", urlsplit(ctrl.admin_url).port), timeout=10) as s:
+        s.sendall(b"POST /v1/instances/a/drain HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+                  b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+        raw = b""
+        while chunk := s.recv(65536):
+            raw += chunk
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ") and json.loads(body)["error"]["code"] == "ambiguous_framing"

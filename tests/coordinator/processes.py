@@ -6,11 +6,13 @@ teardown."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import threading
 import time
 from pathlib import Path
 
 import grpc
+import pytest
 
 from mindmotor.common.waiting import wait_until  # noqa: F401 (re-exported to the tests)
 from mindmotor.coordinator.app import create_app
@@ -19,6 +21,11 @@ from mindmotor.coordinator.server import bind_socket, make_server
 from mindmotor.launcher.process import ChildProcess, ChildProcessError
 from mindmotor.protocol import worker_pb2 as pb
 from mindmotor.protocol import worker_pb2_grpc
+
+# uvicorn's HTTP/1.1 parsers the coordinator's HTTP limits are tested on (common/http_limits.py);
+# httptools only where its package is installed (it is not a dependency yet: h11 is the default).
+HTTP_PROTOCOLS = [pytest.param("h11"), pytest.param("httptools", marks=pytest.mark.skipif(
+    importlib.util.find_spec("httptools") is None, reason="the httptools package is not installed"))]
 
 # ~15 ms per decode step (Llama-2-7B on a 910B3): a 150-token stream lasts ~2 s.
 REALTIME_ARGS = ("--timing", "realtime", "--emulate", "llama2-7b")

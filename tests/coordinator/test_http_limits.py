@@ -1,7 +1,8 @@
 """The coordinator's HTTP limits on real sockets against a `mindmotor coordinator` process: a client
 that sends its headers (or its body) a byte at a time, or nothing at all, is cut off with 408 after
 the configured deadline while other clients are served; connections beyond the limit get 503 with
-Retry-After in the API's error shape; a slow but complete request is answered normally."""
+Retry-After in the API's error shape; a slow but complete request is answered normally. On each of
+uvicorn's HTTP parsers (h11, httptools)."""
 
 from __future__ import annotations
 
@@ -12,17 +13,17 @@ import threading
 import httpx
 import pytest
 
-from .processes import CoordinatorProcess, wait_until
+from .processes import HTTP_PROTOCOLS, CoordinatorProcess, wait_until
 
 HEADER_S, BODY_S = 1.0, 1.5
 
 
-@pytest.fixture(scope="module")
-def limited(virtual_workers, tiny_ckpt, tmp_path_factory):
+@pytest.fixture(scope="module", params=HTTP_PROTOCOLS)
+def limited(request, virtual_workers, tiny_ckpt, tmp_path_factory):
     c = CoordinatorProcess(tmp_path_factory.mktemp("http-limits") / "coordinator.log",
                            "--worker", virtual_workers[0].address, "--model-dir", str(tiny_ckpt),
                            "--http-header-timeout", str(HEADER_S), "--http-body-timeout", str(BODY_S),
-                           "--http-max-connections", "4")
+                           "--http-max-connections", "4", "--http-protocol", request.param)
     yield c
     c.stop()
 

@@ -64,6 +64,7 @@ class Cluster:
     worker: str = ""
     worker_metrics: str = ""
     deployer: str = ""
+    deployer_metrics: str = ""
     coordinator_url: str = ""
     children: list[ChildProcess] = field(default_factory=list)
     verify: ssl.SSLContext | bool = True      # for the HTTP side ports: HTTPS with the cluster CA under mTLS
@@ -125,6 +126,7 @@ def start_cluster(mode: str, env: dict[str, dict[str, str]], model: Path, log_di
                                            "--log-dir", str(cluster.replica_log_dir)],
                               "MINDMOTOR_DEPLOYER_READY", log_dir, "deployer")
         cluster.deployer = f"127.0.0.1:{ready['port']}"
+        cluster.deployer_metrics = f"{cluster.side_scheme}://127.0.0.1:{ready['metrics_port']}/metrics"
         ready = cluster.start("coordinator", ["coordinator", "--host", "127.0.0.1", "--port", "0",
                                               "--controller", cluster.controller],
                               "MINDMOTOR_COORDINATOR_READY", log_dir, "coordinator")

@@ -3,14 +3,24 @@ service's certificate, the HTTP side ports (controller admin API, each /metrics)
 certificate (common/https_side.py). Each port found from /proc (the process's sockets in
 /proc/net/tcp, state LISTEN) completes a TLS handshake verified with the cluster CA, and plain
 HTTP gets no HTTP response. The coordinator's public API is the one exception: HTTP unless given
-`--https-cert` (tests/security/test_https.py)."""
+`--https-cert` (tests/security/test_https.py).
+
+No side port can be frozen by a connection that never finishes: with a silent TCP connection and a
+half-sent TLS handshake held open on it, each side port (worker, deployer and `mindmotor up`
+/metrics, controller admin API) still answers a scrape at once."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import ssl
 from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+
+from mindmotor.launcher.supervisor import UpMetrics
 
 LISTEN = "0A"
 
@@ -71,3 +81,36 @@ def test_every_listening_port_of_every_service_speaks_tls(mtls_cluster, pki):
     # each of the other services has its gRPC port and its HTTP side port, all checked above
     assert {name: len(ports) >= 2 for name, ports in checked.items()} == \
         {"controller": True, "worker": True, "deployer": True, "coordinator": False}
+
+
+def client_hello() -> bytes:
+    """The first flight of a real TLS client (its ClientHello)."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ssl.create_default_context().wrap_bio(incoming, outgoing, server_hostname="localhost")
+    with contextlib.suppress(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return outgoing.read()
+
+
+@contextlib.contextmanager
+def stalled(port: int):
+    """A silent TCP connection and a half-sent ClientHello, held open meanwhile."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as idle, \
+            socket.create_connection(("127.0.0.1", port), timeout=30) as half:
+        half.sendall(client_hello()[:40])
+        yield idle, half
+
+
+def test_no_side_port_is_frozen_by_a_silent_connection_or_a_half_done_handshake(mtls_cluster, pki):
+    up_server, up_port = UpMetrics().serve("127.0.0.1", 0, files=(str(pki["admin"].cert), str(pki["admin"].key)))
+    try:
+        side_ports = {"controller admin": f"{mtls_cluster.controller_admin}/metrics",
+                      "worker": mtls_cluster.worker_metrics, "deployer": mtls_cluster.deployer_metrics,
+                      "up": f"https://127.0.0.1:{up_port}/metrics"}
+        for name, url in side_ports.items():
+            with stalled(urlsplit(url).port):       # held for less than the side ports' 10 s deadline
+                response = httpx.get(url, timeout=5, verify=mtls_cluster.verify)
+                assert response.status_code == 200 and "# TYPE" in response.text, name
+    finally:
+        up_server.shutdown()
+        up_server.server_close()

@@ -5,15 +5,17 @@ One rule: a process that has cluster TLS material (`--tls-cert/--tls-key`, or
 `MINDMOTOR_TLS_CERT/_KEY`; common/rpc.py) serves every HTTP side port over HTTPS (TLS 1.2+)
 with that certificate and key; without it, plain HTTP as before. Clients verify the server with
 the cluster CA; no client certificate is asked for (Prometheus scrapers and probes have none).
-The coordinator's public API is not a side port: it has its own `--https-cert/--https-key`."""
+The coordinator's public API is not a side port: it has its own `--https-cert/--https-key`.
+
+The /metrics ports are served by `side_http.SideHTTPServer` (a TLS handshake per connection, on
+the connection's own thread, with a deadline and a cap on connections: nobody can freeze the port
+by opening a connection and saying nothing)."""
 
 from __future__ import annotations
 
-import ssl
+from prometheus_client import REGISTRY, make_wsgi_app
 
-from prometheus_client import REGISTRY, start_http_server
-
-from mindmotor.common import rpc
+from mindmotor.common import rpc, side_http
 
 
 def side_files(sec: rpc.RpcSecurity | None = None) -> tuple[str, str] | None:
@@ -26,12 +28,13 @@ def side_files(sec: rpc.RpcSecurity | None = None) -> tuple[str, str] | None:
 
 def serve_metrics(host: str, port: int, registry=REGISTRY, files: tuple[str, str] | None = None,
                   sec: rpc.RpcSecurity | None = None):
-    """prometheus_client's /metrics server on a daemon thread, over HTTPS when there are files
-    (`files`, else the process's cluster certificate); returns (server, bound port)."""
+    """prometheus_client's /metrics app on a `SideHTTPServer` on a daemon thread, over HTTPS (TLS
+    1.2+) when there are files (`files`, else the process's cluster certificate); returns (server,
+    bound port). `server.shutdown()` stops it."""
     files = files if files is not None else side_files(sec)
-    tls = {"certfile": files[0], "keyfile": files[1], "tls_min_version": ssl.TLSVersion.TLSv1_2} if files else {}
-    server, _thread = start_http_server(port, addr=host, registry=registry, **tls)
-    server.set_app(classic_text(server.get_app()))     # before anyone knows the port
+    tls = side_http.tls_context(*files) if files else None
+    server = side_http.SideHTTPServer(host, port, classic_text(make_wsgi_app(registry)), tls=tls)
+    side_http.start(server)
     return server, server.server_port
 
 

@@ -9,7 +9,6 @@ lease up (a standby leads at once), close the streams (workers and coordinators 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import socket
 import sys
@@ -119,26 +118,32 @@ async def _bounded(step: str, awaitable) -> None:
         log.warning("shutdown step timed out; going on", extra={"step": step, "timeout_s": STOP_STEP_TIMEOUT_S})
 
 
+# The admin API's HTTP limits: a connection that never sends its request (or its body) is cut off,
+# and open connections are capped, so nobody can hold the controller's descriptors (its gRPC port
+# shares them); over TLS, the handshake has the header deadline too (common/asgi_server.py).
+ADMIN_LIMITS = dict(header_timeout_s=10.0, body_timeout_s=10.0, max_connections=256)
+
+
 class _AdminServer:
     """uvicorn in this event loop, on a socket we bind (so port 0 works), without its own
-    signal handling (the controller's handles SIGTERM)."""
+    signal handling (the controller's handles SIGTERM), with the HTTP limits above."""
 
     def __init__(self, app, host: str, port: int):
         import uvicorn
 
-        class Server(uvicorn.Server):
-            @contextlib.contextmanager
-            def capture_signals(self):
-                yield
+        from mindmotor.common.asgi_server import Server
+        from mindmotor.common.http_limits import HTTPLimits, limited_h11
+        from mindmotor.common.https_side import uvicorn_tls
 
         # IPPROTO_TCP so that asyncio sets TCP_NODELAY on accepted connections (see coordinator/server.py)
         self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM,
                                   socket.IPPROTO_TCP)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((host, port))
-        from mindmotor.common.https_side import uvicorn_tls
-
-        self.server = Server(uvicorn.Config(app, log_config=None, access_log=False, lifespan="off", **uvicorn_tls()))
+        limits = HTTPLimits(**ADMIN_LIMITS)
+        self.server = Server(uvicorn.Config(app, log_config=None, access_log=False, lifespan="off",
+                                            http=limited_h11(limits), **uvicorn_tls()),
+                             handshake_timeout_s=limits.header_timeout_s)
         self.task: asyncio.Task | None = None
 
     async def start(self) -> int:

@@ -78,6 +78,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--http-keep-alive", type=float, default=None, metavar="S", help="idle keep-alive timeout (default: 30)")
     add("--http-max-connections", type=int, default=None, metavar="N",
         help="open HTTP connections; beyond, 503 + Retry-After; 0: no limit (default: 4096)")
+    add("--http-protocol", choices=("h11", "httptools"), default=None,
+        help="uvicorn's HTTP/1.1 parser (default: h11; httptools needs the httptools package)")
     add("--allowed-origin", action="append", default=None, metavar="ORIGIN",
         help="CORS: an origin browsers may call from (repeatable; '*' for any; default: CORS off)")
     add("--log-level", default=None, help="(default: INFO)")
@@ -109,6 +111,7 @@ def settings_from_args(args: argparse.Namespace):
         log_level=args.log_level, controllers=args.controller,
         http_header_timeout_s=args.http_header_timeout, http_body_timeout_s=args.http_body_timeout,
         http_keep_alive_s=args.http_keep_alive, http_max_connections=args.http_max_connections,
+        http_protocol=args.http_protocol,
         cors_allowed_origins=args.allowed_origin,
         workers=[WorkerEntry.parse(w) for w in args.worker] if args.worker else None)
     return load_settings(args.config, **overrides)

@@ -25,7 +25,7 @@ import os
 import socket
 import uuid
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import (BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict,
@@ -124,13 +124,14 @@ class CoordinatorSettings(BaseSettings):
     spec_wait_s: float = Field(5.0, gt=0)            # wait for a free helper; longer: 429
     loop_lag_interval_s: float = Field(0.1, gt=0)    # how often the event loop's lag is sampled
 
-    # HTTP connections (coordinator/http_protocol.py)
+    # HTTP connections (common/http_limits.py)
     http_header_timeout_s: float = Field(10.0, gt=0)  # request line + headers complete within this (else 408)
     http_body_timeout_s: float = Field(60.0, gt=0)   # the body complete within this after the headers (else 408)
     http_keep_alive_s: float = Field(30.0, gt=0)     # an idle kept-alive connection is closed after this
     http_max_connections: int = Field(4096, ge=0)    # open connections; beyond: 503 + Retry-After; 0: no limit
     http_max_header_bytes: int = Field(65536, ge=1024)  # request line + headers (else 400)
     http_backlog: int = Field(2048, ge=1)            # the listen backlog
+    http_protocol: Literal["h11", "httptools"] = "h11"  # uvicorn's HTTP parser; httptools needs its package
 
     # auth and rate limit
     api_keys: Annotated[list[str], NoDecode] = []    # $MINDMOTOR_API_KEYS (comma-separated) ...
@@ -178,6 +179,15 @@ class CoordinatorSettings(BaseSettings):
     @classmethod
     def _cors_lists(cls, value: Any) -> Any:
         return [str(v) for v in (_split_list(value) or [])]
+
+    @field_validator("http_protocol")
+    @classmethod
+    def _http_protocol(cls, value: str) -> str:
+        import importlib.util
+
+        if value == "httptools" and importlib.util.find_spec("httptools") is None:
+            raise ValueError("http_protocol httptools: the httptools package is not installed")
+        return value
 
     @model_validator(mode="after")
     def _secrets(self) -> "CoordinatorSettings":

@@ -53,7 +53,8 @@ class CoordinatorMetrics:
                                             "because the rate limit store failed (error) or was being skipped "
                                             "after a failure (skipped)", ["reason"], registry=r)
         self.http_refused = Counter(p + "http_refused_total", "connections cut off: header_timeout, "
-                                    "body_timeout (408) or too_many_connections (503)", ["reason"], registry=r)
+                                    "body_timeout (408), too_many_connections (503), ambiguous_framing or "
+                                    "invalid_request (400)", ["reason"], registry=r)
         self.instances = Gauge(p + "routable_instances", "routable instances per model", ["model"], registry=r,
                                multiprocess_mode="livemax")
         self.stream_resumes = Counter(p + "stream_resumes_total", "streams resumed from a Last-Event-ID, by outcome: "

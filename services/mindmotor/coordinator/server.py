@@ -8,7 +8,6 @@ gracefully (uvicorn stops accepting, lets open responses finish for up to `GRACE
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
 import socket
 import ssl
@@ -16,9 +15,11 @@ import sys
 
 import uvicorn
 
+from mindmotor.common.asgi_server import Server
+from mindmotor.common.http_limits import HTTPLimits, limited_protocol
+
 from .app import create_app
 from .config import CoordinatorSettings, ready_line
-from .http_protocol import HTTPLimits, limited_h11
 
 GRACEFUL_S = 30
 
@@ -35,15 +36,6 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-class _Server(uvicorn.Server):
-    """uvicorn's server without its signal handling (which re-raises the signal after shutdown, so
-    the process would not exit 0): `serve` below handles the signals."""
-
-    @contextlib.contextmanager
-    def capture_signals(self):
-        yield
-
-
 def _tls12_at_least(config: uvicorn.Config, default_factory) -> ssl.SSLContext:
     """uvicorn's server context for the certificate and key, refusing anything older than TLS 1.2."""
     context = default_factory()
@@ -54,7 +46,8 @@ def _tls12_at_least(config: uvicorn.Config, default_factory) -> ssl.SSLContext:
 def make_server(app, log_level: str = "warning", settings: CoordinatorSettings | None = None) -> uvicorn.Server:
     """uvicorn with the coordinator's HTTP limits (`settings`; None: the defaults): keep-alive,
     header and body deadlines, header size, connection limit, listen backlog; HTTPS (TLS 1.2 at
-    least) when the settings name a certificate and key."""
+    least, the handshake within the header timeout) when the settings name a certificate and key.
+    Without uvicorn's signal handling: `serve` below handles the signals."""
     s = settings or CoordinatorSettings.model_construct()
     limits = HTTPLimits(header_timeout_s=s.http_header_timeout_s, body_timeout_s=s.http_body_timeout_s,
                         max_connections=s.http_max_connections)
@@ -65,8 +58,8 @@ def make_server(app, log_level: str = "warning", settings: CoordinatorSettings |
     config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on", log_level=log_level.lower(),
                             timeout_graceful_shutdown=GRACEFUL_S, timeout_keep_alive=s.http_keep_alive_s,
                             h11_max_incomplete_event_size=s.http_max_header_bytes, backlog=s.http_backlog,
-                            http=limited_h11(limits, on_refused), **tls)
-    return _Server(config)
+                            http=limited_protocol(limits, on_refused, s.http_protocol), **tls)
+    return Server(config, handshake_timeout_s=s.http_header_timeout_s)
 
 
 def _on_signal(server: uvicorn.Server) -> None:

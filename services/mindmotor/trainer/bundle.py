@@ -1,20 +1,21 @@
 """A serving-only copy of a checkpoint (e.g. the demo model shipped as package data): the Hugging
 Face files and a fresh `mindmotor.json`, without `trainer_state.pt` (optimizer moments and RNG,
 about twice the size of the weights). The source is verified first; the copy is written to a
-temporary directory and renamed into place, its files 0644 and directories 0755. No PyTorch here.
+temporary directory (`staging.py`: removed on every way out but the rename) and renamed into
+place, its files 0644 and directories 0755. No PyTorch here.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import uuid
 from pathlib import Path
 
 from mindmotor.model.config import CheckpointError
 
 from mindmotor.model.manifest import build_manifest, verify_checkpoint, write_manifest
 from .permissions import make_dirs, make_readable
+from .staging import staging_dir
 
 TRAINING_ONLY_FILES = ("trainer_state.pt",)
 
@@ -32,9 +33,7 @@ def bundle_checkpoint(source: str | Path, destination: str | Path, dtype: str | 
     if destination.exists():
         raise CheckpointError(f"{destination}: already exists")
     make_dirs(destination.parent)
-    tmp = destination.parent / f".tmp-{destination.name}-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
-    try:
+    with staging_dir(destination.parent, destination.name) as tmp:
         for name in manifest["files"]:
             if name not in TRAINING_ONLY_FILES:
                 shutil.copy2(source / name, tmp / name)
@@ -46,9 +45,6 @@ def bundle_checkpoint(source: str | Path, destination: str | Path, dtype: str | 
         write_manifest(tmp, build_manifest(tmp, **info))
         make_readable(tmp)                 # copy2 keeps a source's 0600, safetensors writes 0600
         os.rename(tmp, destination)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return destination
 
 

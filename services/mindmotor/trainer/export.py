@@ -4,8 +4,9 @@
     trainer_state.pt (optimizer, step, RNG: what resuming needs)  mindmotor.json
 
 Everything is written into `<root>/.tmp-<version>-<random>`, flushed to disk, and only then renamed
-to `<root>/<version>`: a crash leaves either the whole version or no version (and at most a
-`.tmp-*` directory that the store never lists). On an error the temporary directory is removed.
+to `<root>/<version>`: a crash leaves either the whole version or no version. The temporary
+directory (`staging.py`) is removed on every way out but the rename — an error, SIGTERM, Ctrl-C —
+and one left by a writer killed outright (SIGKILL) is removed by the next export into the store.
 Files are 0644 and directories 0755 (`permissions.py`): the serving user is often another one.
 """
 
@@ -13,9 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from mindmotor.model.config import CheckpointError, LlamaConfig
 from mindmotor.model.manifest import build_manifest, write_manifest
 from .model import LlamaForCausalLM
 from .permissions import make_dirs, make_readable
+from .staging import staging_dir, sweep_abandoned
 
 TRAINER_STATE_NAME = "trainer_state.pt"
 
@@ -61,9 +61,8 @@ def export_checkpoint(root: str | Path, info: CheckpointInfo, model: LlamaForCau
     if final.exists():
         raise CheckpointError(f"{final}: version already exists")
     make_dirs(root)
-    tmp = root / f".tmp-{info.version}-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
-    try:
+    sweep_abandoned(root)
+    with staging_dir(root, info.version) as tmp:
         write_hf_files(tmp, model, tokenizer, tokenizer_files)
         if trainer_state is not None:
             torch.save(trainer_state, tmp / TRAINER_STATE_NAME)
@@ -72,9 +71,6 @@ def export_checkpoint(root: str | Path, info: CheckpointInfo, model: LlamaForCau
         fsync_tree(tmp)
         os.rename(tmp, final)
         fsync_dir(root)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return final
 
 

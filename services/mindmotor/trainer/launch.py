@@ -17,10 +17,13 @@ import dataclasses
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 from .config import TrainConfig
 from .loop import RunOptions, TrainResult, default_run_name, train
+
+STOP_GRACE_S = 10.0     # for the training processes to stop after SIGTERM, before SIGKILL
 
 
 def exit_on_sigterm() -> None:
@@ -48,9 +51,30 @@ def run_training(config: TrainConfig, store_root: str | Path, options: RunOption
     # This process hosts the rendezvous store (as torchrun's agent does) on a port the OS picks,
     # so no port can be taken by someone else between choosing it and binding it.
     store = TCPStore("127.0.0.1", 0, world_size=nproc, is_master=True, wait_for_workers=False)
-    mp.start_processes(_process_main, args=(nproc, store.port, config, str(store_root), options),
-                       nprocs=nproc, join=True, start_method="spawn")
+    group = mp.start_processes(_process_main, args=(nproc, store.port, config, str(store_root), options),
+                               nprocs=nproc, join=False, start_method="spawn")
+    try:
+        while not group.join():
+            pass
+    except (SystemExit, KeyboardInterrupt):
+        stop_processes(group.processes)
+        raise
     return None
+
+
+def stop_processes(processes, grace_s: float = STOP_GRACE_S) -> None:
+    """This process was told to stop (SIGTERM, Ctrl-C): tell the training processes too (SIGTERM:
+    each removes the checkpoint it was writing and exits), SIGKILL those still there after
+    `grace_s`. Without it they would train on to the end, this process waiting for them."""
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    deadline = time.monotonic() + grace_s
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+        if process.is_alive():
+            process.kill()
+            process.join()
 
 
 def _process_main(local_rank: int, nproc: int, store_port: int, config: TrainConfig,

@@ -2,7 +2,7 @@
 
     <root>/<version>/          one checkpoint (HF layout + mindmotor.json), written atomically
     <root>/PROMOTED            the name of the promoted version (the one to deploy)
-    <root>/.tmp-*              a checkpoint being written (never listed)
+    <root>/.tmp-*              a checkpoint being written, and its lock (never listed; staging.py)
     <root>/.jobs/              the trainer service's job directories (never listed)
 
 A version is any sub-directory holding a `mindmotor.json`. No PyTorch here.
