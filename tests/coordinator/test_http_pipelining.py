@@ -121,3 +121,14 @@ def test_a_pipelined_request_left_unfinished_is_timed_only_once_the_stream_befor
     stream, _, refusal = raw.partition(b"data: [DONE]\n\n")
     assert stream.startswith(b"HTTP/1.1 200 ") and b'"finish_reason":"length"' in stream   # all of it
     assert b"HTTP/1.1 408 " in refusal and b"request_timeout" in refusal
+
+
+def test_pipelined_requests_then_a_half_close_are_each_answered(served, model_name):
+    """`printf 'req1 req2' | nc`: the client shuts its side after the last request; every request
+    is still answered, in order, then the connection closes (uvicorn alone dropped the second)."""
+    with connect(served) as s:
+        s.sendall(completion(model_name, "one") + completion(model_name, "two") + MODELS)
+        s.shutdown(socket.SHUT_WR)
+        data = read_to_close(s)
+    assert data.count(b"HTTP/1.1 200") == 3, data[:600]
+    assert data.index(b'"text_completion"') < data.rindex(b'"object":"list"')

@@ -32,10 +32,12 @@ Once a request is complete nothing is timed here: generating the response (a lon
 what it takes; after it, uvicorn's keep-alive timeout applies.
 
 Pipelined requests (several sent before the first answer) are uvicorn's: answered one after the
-other, in order (`tests/coordinator/test_http_pipelining.py`). A client that half-closes its side
-(FIN) after its last request is taken as gone, as by uvicorn and most servers: the request still
-being answered then is cancelled (that is what stops a generation whose client went away) and no
-answer is written; one must keep its side open until it has read its answers.
+other, in order (`tests/coordinator/test_http_pipelining.py`). A client that shuts its sending
+side (FIN) is taken as gone, as by uvicorn — that is what stops a generation whose client went
+away — except on a connection it pipelined on (it sent a request while an answer was being
+written): there the FIN is a half-close (`printf 'req1 req2' | nc`), every request received is
+answered in order, then the connection is closed. uvicorn alone wrote the first answer and
+dropped the second.
 
 How it fits either parser: the limits (`_Limits`) use only what uvicorn's two protocol classes
 share — `connection_made`/`data_received`/`on_response_complete`/`connection_lost`,
@@ -123,6 +125,13 @@ class _H11Reading:
             return "headers"            # a new connection, or the start of a following request
         return None
 
+    def _pipelining_now(self) -> bool:
+        """Bytes of a following request arrived while an answer is being written."""
+        return self.cycle is not None and not self.cycle.response_complete and bool(self.conn.trailing_data[0])
+
+    def _queued(self) -> bool:
+        return bool(self.conn.trailing_data[0])
+
 
 class _HttpToolsReading:
     """What the client owes, followed through httptools' parser callbacks. httptools parses
@@ -166,6 +175,12 @@ class _HttpToolsReading:
             return None
         return self._reading
 
+    def _pipelining_now(self) -> bool:
+        return bool(self.pipeline)
+
+    def _queued(self) -> bool:
+        return bool(self.pipeline)
+
 
 class _Limits:
     """The limits, on top of a uvicorn protocol and a `_...Reading` class saying what is owed."""
@@ -193,6 +208,8 @@ class _Limits:
         super().connection_made(transport)
         self._deadline: asyncio.TimerHandle | None = None
         self._phase: str | None = None
+        self._pipelined = False                 # the client sent a request while an answer was written
+        self._half_closed = False               # ... and then shut its side: answer, then close
         limit = self.limits.max_connections
         self._over_limit = bool(limit) and len(self.connections) > limit
         self._refused = False
@@ -202,11 +219,28 @@ class _Limits:
         if self._refused:
             return                                  # lingering: read and dropped
         super().data_received(data)
+        self._pipelined = self._pipelined or self._pipelining_now()
         self._follow()
+
+    def eof_received(self) -> bool | None:
+        """The client shut its side. On a connection it pipelined on, a half-close: keep writing
+        (True) until every request received is answered. Otherwise it is gone (uvicorn's reading:
+        the answer under way is dropped, a generation stopped)."""
+        if self._pipelined and not self._refused:
+            self._half_closed = True
+            self._close_when_answered()
+            return True
+        return super().eof_received()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
         self._follow()                              # a pipelined request may be owing now
+        self._close_when_answered()
+
+    def _close_when_answered(self) -> None:
+        if self._half_closed and (self.cycle is None or self.cycle.response_complete) and not self._queued():
+            self._set_deadline(None)
+            self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._set_deadline(None)
