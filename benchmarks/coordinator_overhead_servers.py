@@ -72,7 +72,7 @@ def run_coordinator(argv: list[str]) -> int:
     from mindmotor.coordinator import cli, config, server
 
     real_ready_line = config.ready_line
-    server.ready_line = lambda port: f"{READY} port={port}\n{real_ready_line(port)}"
+    server.ready_line = lambda port, *more: f"{READY} port={port}\n{real_ready_line(port, *more)}"
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)
     return cli.run_coordinator(parser.parse_args(argv))
