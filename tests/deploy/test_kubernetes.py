@@ -154,7 +154,8 @@ def test_secrets_and_configmaps_referenced_exist_or_are_documented():
                 ref = (e.get("valueFrom") or {}).get("secretKeyRef")
                 if ref:
                     secrets.add(ref["name"])
-    assert secrets == {"mindmotor-admin", "mindmotor-cluster"}
+    assert secrets == {"mindmotor-admin", "mindmotor-cluster", "mindmotor-resume-key"}
     operations = (A.ROOT / "docs" / "operations.md").read_text()
     assert "create secret generic mindmotor-admin" in operations
     assert "create secret generic mindmotor-cluster" in operations
+    assert "create secret generic mindmotor-resume-key" in operations

@@ -39,6 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--replica-port", type=int, default=None, metavar="PORT",
         help="also serve on this port of --host, this process alone (probes, per-replica /health); 0: a free one")
     add("--coordinator-id", default=None, help="this coordinator's name in reports to the controller")
+    add("--replicas", type=int, default=1, metavar="N",
+        help="run N coordinator processes behind --port, supervised (a replica that dies refuses no connection and "
+             "is started again; a cut stream resumes on another; /metrics sums them) (default: 1)")
     add("--controller", action="append", default=None, metavar="ADDR",
         help="a controller's gRPC address (repeatable): instances from its routing table, not --worker")
     add("--worker", action="append", default=None, metavar="ADDR[,weight=W,version=V,deployment=D]",
@@ -136,6 +139,10 @@ def run_coordinator(args: argparse.Namespace) -> int:
         log.error("bad coordinator settings", extra={"error": str(exc)})
         return 2
     setup_logging("coordinator", settings.log_level)
+    if args.replicas > 1:
+        from .replicas import run_from_cli
+
+        return run_from_cli(settings, args.replicas)
     from .server import serve
 
     try:

@@ -105,6 +105,11 @@ class CoordinatorMetrics:
         return generate_latest(self.registry)
 
 
+def forget_replica(directory: str, pid: int) -> None:
+    """A dead replica's live gauges leave the sums (its counters stay: totals never go down)."""
+    multiprocess.mark_process_dead(pid, str(directory))
+
+
 class ChoiceTimer:
     """Latency of one choice: TTFT, the gaps between chunks, TPOT and end to end."""
 

@@ -41,7 +41,7 @@ class ChildProcessError(RuntimeError):
 
 
 class ChildProcess:
-    def __init__(self, name: str, args: list[str], ready_prefix: str, log_path: Path,
+    def __init__(self, name: str, args: list[str], ready_prefix: str, log_path: Path | None,
                  env: dict[str, str | None] | None = None, program: list[str] | None = None,
                  parent_death_signal: int = signal.SIGTERM, pass_fds: tuple[int, ...] = ()):
         """`args` after `program` (default: `python -m mindmotor.cli`, i.e. a `mindmotor` command);
@@ -51,9 +51,10 @@ class ChildProcess:
         self.name = name
         self.args = args
         self.ready_prefix = ready_prefix
-        self.log_path = Path(log_path)
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(self.log_path, "ab")
+        self.log_path = Path(log_path) if log_path is not None else None    # None: this process's stderr
+        if self.log_path is not None:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "ab") if self.log_path is not None else None
         cmd = child_command([*(program or [sys.executable, "-m", "mindmotor.cli"]), *args], parent_death_signal)
         # No preexec_fn (and nothing else that needs code between fork and exec): CPython then
         # starts the child with vfork + exec, which is safe in a process with gRPC threads.
@@ -124,16 +125,22 @@ class ChildProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        self._log.close()
+        self._close_log()
         return self.proc.returncode
 
     def kill(self) -> None:
         if self.alive():
             self.proc.kill()
         self.proc.wait()
-        self._log.close()
+        self._close_log()
+
+    def _close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
 
     def log_tail(self, lines: int = 20) -> str:
+        if self.log_path is None:
+            return ""
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:

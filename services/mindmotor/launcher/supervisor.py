@@ -85,9 +85,9 @@ class UpMetrics:
 
 
 class Supervisor:
-    def __init__(self, log_dir: Path, backoff: RestartBackoff, stable_after_s: float, metrics: UpMetrics,
+    def __init__(self, log_dir: Path | None, backoff: RestartBackoff, stable_after_s: float, metrics: UpMetrics,
                  clock: Callable[[], float] = time.monotonic):
-        self.log_dir = Path(log_dir)
+        self.log_dir = Path(log_dir) if log_dir is not None else None   # None: children log to our stderr
         self.backoff = backoff
         self.stable_after_s = stable_after_s
         self.metrics = metrics
@@ -109,12 +109,12 @@ class Supervisor:
         return services
 
     def _spawn(self, service: Service) -> None:
-        service.child = ChildProcess(service.name, service.args(), service.ready_prefix,
-                                     self.log_dir / f"{service.name}.log", env=service.env, program=service.program,
-                                     pass_fds=service.pass_fds)
+        log_path = self.log_dir / f"{service.name}.log" if self.log_dir is not None else None
+        service.child = ChildProcess(service.name, service.args(), service.ready_prefix, log_path, env=service.env,
+                                     program=service.program, pass_fds=service.pass_fds)
         service.state, service.started_at = STARTING, self.clock()
         log.info("starting", extra={"child": service.name, "pid": service.child.proc.pid,
-                                    "log": str(service.child.log_path), "restarts": service.restarts})
+                                    "log": str(service.child.log_path or "stderr"), "restarts": service.restarts})
 
     def _running(self, service: Service) -> None:
         service.state = RUNNING
@@ -162,7 +162,7 @@ class Supervisor:
         log.error("service died; restarting it", extra={
             "child": service.name, "exit_code": code, "ran_s": round(now - service.started_at, 3),
             "failures_in_a_row": service.failures, "restarts": service.restarts,
-            "restart_in_s": self.backoff.delay(service.failures), "log": str(service.child.log_path),
+            "restart_in_s": self.backoff.delay(service.failures), "log": str(service.child.log_path or "stderr"),
             "log_tail": service.child.log_tail(5)})
         service.on_death(service, service.child.proc.pid)
 

@@ -45,6 +45,8 @@ import httpx
 from mindmotor.deployer.backoff import RestartBackoff
 from mindmotor.deployer.spec import DeploymentSpec
 
+from mindmotor.coordinator.metrics import MULTIPROC_ENV, forget_replica
+
 from .cluster_pki import child_environments
 from .config import PlatformConfig
 from .deployments import deployment_specs
@@ -63,7 +65,6 @@ ENSURE_EVERY_S = 2.0          # how often the config's deployments are checked t
 DEPLOYER_CALL_S = 30.0        # Apply (verifies the checkpoint), Delete
 CHECK_CALL_S = 3.0            # Get, from the supervisor's loop
 SECRET_VARIABLES = ("MINDMOTOR_API_KEYS", "MINDMOTOR_ADMIN_TOKEN", "MINDMOTOR_REDIS_URL")
-MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 BACKLOG = 2048
 
 
@@ -170,7 +171,7 @@ class Platform:
         return self._service(name, lambda: self._coordinator_args(name), "MINDMOTOR_COORDINATOR_READY",
                              role=COORDINATOR, pass_fds=(self.public.fileno(),),
                              on_ready=lambda service: self.replica_ports.update({name: int(service.ready["replica_port"])}),
-                             on_death=lambda service, pid: _forget_replica_metrics(self.log_dir / METRICS_DIR, pid))
+                             on_death=lambda service, pid: forget_replica(self.log_dir / METRICS_DIR, pid))
 
     def _coordinator_env(self) -> dict[str, str]:
         return {MULTIPROC_ENV: str(self.log_dir / METRICS_DIR), "MINDMOTOR_RESUME_KEY": self.resume_key}
@@ -370,13 +371,6 @@ class Platform:
             self.public.close()
         if self._metrics_http is not None:
             self._metrics_http.shutdown()
-
-
-def _forget_replica_metrics(directory: Path, pid: int) -> None:
-    """A dead replica's live gauges leave the sums (its counters stay: totals never go down)."""
-    from prometheus_client import multiprocess
-
-    multiprocess.mark_process_dead(pid, str(directory))
 
 
 def _exists(client, name: str) -> bool:
