@@ -47,11 +47,12 @@ def pair(realtime_worker, tiny_ckpt):
 
 
 def body(model: str, path: str) -> dict:
+    options = {"include_usage": True, "continuous_usage_stats": True}
     if path == "/v1/completions":
         return {"model": model, "prompt": "def f(x):", "max_tokens": 60, "temperature": 0, "stream": True,
-                "ignore_eos": True, "stream_options": {"include_usage": True}}
+                "ignore_eos": True, "stream_options": options}
     return {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 60, "temperature": 0,
-            "stream": True, "ignore_eos": True, "stream_options": {"include_usage": True}}
+            "stream": True, "ignore_eos": True, "stream_options": options}
 
 
 @pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
@@ -77,6 +78,8 @@ def test_a_cut_stream_continues_on_another_coordinator(pair, model_name, path):
     assert got + "".join(text_of(d) for _, d in rest[:-1]) == undisturbed
     usage = json.loads(rest[-2][1])["usage"]
     assert usage["completion_tokens"] == 60
+    running = [json.loads(d)["usage"]["completion_tokens"] for _, d in rest[:-2]]
+    assert running == sorted(running) and running[-1] == 60      # continuous usage counts on, not from 0
     assert {json.loads(d)["id"] for _, d in rest[:-1]} == {response_id}
     assert second.coordinator.metrics.stream_resumes.labels("resumed")._value.get() >= 1
 

@@ -181,6 +181,9 @@ async def stream_marker(header: str | None, generations: list, fmt, key: bytes, 
         raise
     metrics.stream_resumes.labels("resumed").inc()
     fmt.response_id, fmt.created = marks.response_id, marks.created
+    if getattr(fmt, "running", None) is not None:        # continuous_usage_stats count on from the client's
+        for index, mark in enumerate(marks.choices):
+            fmt.running.add(index, mark.tokens)
     log.info("stream resumed", extra={"choices": [[m.instance, m.tokens, m.finished] for m in marks.choices]})
     return StreamMarker(marks, key, lengths, resumed=True)
 
