@@ -45,7 +45,10 @@ def bare_app():
 async def serve_bare(host: str) -> int:
     import uvicorn
 
-    config = uvicorn.Config(bare_app(), host=host, port=0, log_config=None, access_log=False, log_level="warning")
+    # h11, as the coordinator's default (`http_protocol`): uvicorn's "auto" would take httptools
+    # wherever it is installed (the test extras have it), and the ratio would compare two parsers
+    config = uvicorn.Config(bare_app(), host=host, port=0, log_config=None, access_log=False, log_level="warning",
+                            http="h11")
     server = uvicorn.Server(config)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

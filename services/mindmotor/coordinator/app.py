@@ -92,7 +92,6 @@ def create_app(settings: CoordinatorSettings, coordinator: Coordinator | None = 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         lag.start()
-        await c.specs.pool.start()
         await asyncio.to_thread(c.catalog.load_local)
         await source.start()
         await discovery.start()

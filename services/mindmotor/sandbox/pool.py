@@ -1,7 +1,7 @@
 """`HelperPool`: a few helper processes (helper.py) that run tasks for an asyncio service.
 
     pool = HelperPool("specs", size=2, task_timeout_s=5)
-    await pool.start()                    # helpers start in the background
+    await pool.start()                    # optional: else the first `run` starts the helpers
     result = await pool.run("compile_constraint", kind="json", spec="{...}", param="response_format")
     await pool.close()
 
@@ -116,6 +116,7 @@ class HelperPool:
         self._helpers: set[_Helper] = set()      # started and not yet lost: idle or running a task
         self._starting: set[asyncio.Task] = set()
         self._failed_starts = 0
+        self._launched = False                 # helpers started (at `start`, or at the first `run`)
         self._closed = False
 
     @property
@@ -125,21 +126,30 @@ class HelperPool:
 
     async def start(self) -> None:
         """Start the helpers and wait (at most START_TIMEOUT_S) until they are ready; ones that
-        cannot start keep being retried in the background (calls wait for a live one)."""
-        for _ in range(self.size):
-            self._replace()
+        cannot start keep being retried in the background (calls wait for a live one). Without
+        it, the first `run` starts them (a service that never sees a structured output never
+        pays for its helpers)."""
+        self._ensure_started()
         await asyncio.wait(set(self._starting), timeout=START_TIMEOUT_S)
+
+    def _ensure_started(self) -> None:
+        if not self._launched:
+            self._launched = True
+            for _ in range(self.size):
+                self._replace()
 
     async def run(self, task: str, **args):
         """The task's result; InvalidRequest when it refused the input; HelperFailure otherwise."""
         if self._closed:
             raise HelperFailure(f"the {self.name} helper pool is closed")
+        self._ensure_started()
         started = time.perf_counter()
+        wait_s = self.wait_timeout_s if self._helpers else max(self.wait_timeout_s, START_TIMEOUT_S)  # the first ones start
         try:
-            helper = await asyncio.wait_for(self._idle.get(), self.wait_timeout_s)
+            helper = await asyncio.wait_for(self._idle.get(), wait_s)
         except (asyncio.TimeoutError, TimeoutError):
             self.metrics.tasks.labels(self.name, task, "busy").inc()
-            raise HelperBusy(f"no {self.name} helper was free within {self.wait_timeout_s:g} s") from None
+            raise HelperBusy(f"no {self.name} helper was free within {wait_s:g} s") from None
         try:
             reply = await self._ask(helper, task, args)
         except HelperFailure as failure:

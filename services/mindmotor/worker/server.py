@@ -44,7 +44,6 @@ async def serve(config: WorkerConfig) -> int:
     metrics = WorkerMetrics(engine, admission, model_name=model_name)
     specs = SpecChecker(HelperPool("specs", config.spec_helpers, config.spec_timeout_s,
                                    metrics=HelperMetrics(metrics.registry)))
-    await specs.pool.start()
     service = WorkerService(engine, admission, metrics, config.worker_id, model_name, config.role,
                             node=config.node, kv_pull_timeout_s=config.kv_pull_timeout_s,
                             role_drain_timeout_s=config.role_drain_timeout_s, specs=specs,
