@@ -92,14 +92,29 @@ def corpus(i: int, model: str = MODEL) -> list[tuple[str, str, str]]:
 
 
 # ---- load --------------------------------------------------------------------------------------
-class Bystanders:
-    def __init__(self, url: str, clients: int):
-        self.url = url
-        self.results: list[tuple[float, bool]] = []         # (latency s, succeeded)
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._client, args=(i,), daemon=True) for i in range(clients)]
+class _Threads:
+    """Threads running `self._run(i)` until `stop()`."""
 
-    def _client(self, index: int) -> None:
+    def __init__(self, url: str, count: int):
+        self.url = url
+        self.results: list = []
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(count)]
+
+    def start(self) -> None:
+        for t in self._threads:
+            t.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(REQUEST_TIMEOUT_S + 5)
+
+
+class Bystanders(_Threads):
+    """Short greedy completions one after the other; results: (latency s, succeeded)."""
+
+    def _run(self, index: int) -> None:
         import openai
 
         sdk = openai.OpenAI(base_url=f"{self.url}/v1", api_key="unused", timeout=REQUEST_TIMEOUT_S)
@@ -115,26 +130,16 @@ class Bystanders:
                 ok = False
             self.results.append((time.monotonic() - started, ok))
 
-    def start(self) -> None:
-        for t in self._threads:
-            t.start()
 
-    def stop(self) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(REQUEST_TIMEOUT_S + 5)
+class Attackers(_Threads):
+    """The corpus, each round a new variant; results: (kind, status or 0: no answer, seconds)."""
 
-
-class Attackers:
     def __init__(self, url: str, threads: int):
-        self.url = url
-        self.results: list[tuple[str, int, float]] = []     # (kind, status or 0: no answer, seconds)
-        self._stop = threading.Event()
+        super().__init__(url, threads)
         self._variant = itertools.count()
         self._lock = threading.Lock()
-        self._threads = [threading.Thread(target=self._attack, daemon=True) for _ in range(threads)]
 
-    def _attack(self) -> None:
+    def _run(self, index: int) -> None:
         with httpx.Client(timeout=REQUEST_TIMEOUT_S, headers={"content-type": "application/json"}) as http:
             while not self._stop.is_set():
                 with self._lock:
@@ -148,15 +153,6 @@ class Attackers:
                     except httpx.HTTPError:
                         status = 0
                     self.results.append((name, status, time.monotonic() - started))
-
-    def start(self) -> None:
-        for t in self._threads:
-            t.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(REQUEST_TIMEOUT_S + 5)
 
 
 # ---- the platform ------------------------------------------------------------------------------

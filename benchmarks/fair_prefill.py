@@ -215,7 +215,7 @@ def step_budget(config, num_streams: int, long_prompt: list[int], seed: int) -> 
     for _ in range(3):
         engine.step()
     engine.add_request("long", long_prompt, SamplingParams(max_tokens=1, ignore_eos=True))
-    host, emulated, chunks = [], [], []
+    host, emulated = [], []
     while "long" in engine.requests:
         before = engine.device.pacer.emulated_time_s
         started = time.perf_counter()

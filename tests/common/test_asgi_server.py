@@ -5,7 +5,6 @@ of asyncio's 60 s, and is served around meanwhile."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
 import ssl
 import threading
@@ -23,6 +22,7 @@ from mindmotor.common.asgi_server import Server
 from mindmotor.common.http_limits import HTTPLimits, limited_h11
 from mindmotor.common.waiting import wait_until
 from secrets_registry import given_private_key
+from stalled_tls import client_hello, closed_by_server
 
 DEADLINE_S = 0.5
 
@@ -48,21 +48,6 @@ def https_port(pki):
     yield sock.getsockname()[1]
     server.should_exit = True
     thread.join(timeout=10)
-
-
-def client_hello() -> bytes:
-    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-    tls = ssl.create_default_context().wrap_bio(incoming, outgoing, server_hostname="localhost")
-    with contextlib.suppress(ssl.SSLWantReadError):
-        tls.do_handshake()
-    return outgoing.read()
-
-
-def closed_by_server(s: socket.socket) -> bool:
-    try:
-        return s.recv(1) == b""
-    except ConnectionResetError:
-        return True
 
 
 def test_an_unfinished_handshake_is_cut_off_at_the_deadline_and_others_are_served(https_port, pki):

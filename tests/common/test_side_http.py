@@ -5,8 +5,6 @@ the cap cut off the oldest instead of refusing the newcomer."""
 
 from __future__ import annotations
 
-import contextlib
-import socket
 import ssl
 import threading
 import time
@@ -19,6 +17,7 @@ from mindmotor.common import certs, side_http
 from mindmotor.common.https_side import serve_metrics
 from mindmotor.common.waiting import wait_until
 from secrets_registry import given_private_key
+from stalled_tls import closed_by_server, stalled
 
 
 @pytest.fixture(scope="module")
@@ -33,31 +32,6 @@ def registry() -> CollectorRegistry:
     registry = CollectorRegistry()
     Counter("side_http_test", "a sample to scrape", ["name"], registry=registry).labels("x").inc()
     return registry
-
-
-def client_hello() -> bytes:
-    """The first flight of a real TLS client (its ClientHello)."""
-    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-    tls = ssl.create_default_context().wrap_bio(incoming, outgoing, server_hostname="localhost")
-    with contextlib.suppress(ssl.SSLWantReadError):
-        tls.do_handshake()
-    return outgoing.read()
-
-
-@contextlib.contextmanager
-def stalled(port: int, count: int = 1):
-    """`count` silent connections and `count` half-sent ClientHellos, held open."""
-    held = []
-    try:
-        for _ in range(count):
-            held.append(socket.create_connection(("127.0.0.1", port), timeout=30))
-            half = socket.create_connection(("127.0.0.1", port), timeout=30)
-            half.sendall(client_hello()[:40])
-            held.append(half)
-        yield held
-    finally:
-        for s in held:
-            s.close()
 
 
 def scrape(port: int, pki: certs.CertPaths, timeout: float = 3.0) -> str:
@@ -75,13 +49,6 @@ def test_a_silent_connection_and_a_half_handshake_do_not_block_a_scrape(pki, reg
     finally:
         server.shutdown()
         server.server_close()
-
-
-def closed_by_server(s: socket.socket) -> bool:
-    try:
-        return s.recv(1) == b""
-    except ConnectionResetError:
-        return True
 
 
 def test_a_stalled_connection_is_cut_off_at_the_deadline(pki, registry):

@@ -5,18 +5,11 @@ at once; the dead address stays skipped for `suspect_s`."""
 from __future__ import annotations
 
 from mindmotor.coordinator.routing_table import InstanceView, RoutingTable
-
-
-class Clock:
-    def __init__(self):
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from fake_clock import FakeClock
 
 
 def test_a_replacement_at_a_new_address_does_not_inherit_the_mark():
-    clock = Clock()
+    clock = FakeClock()
     table = RoutingTable(suspect_s=5.0, clock=clock)
     heard = []
     table.on_failure(lambda view, reason: heard.append((view.address, reason)))

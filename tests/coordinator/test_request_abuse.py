@@ -10,7 +10,7 @@ import json
 import httpx
 import pytest
 
-from abuse_specs import as_json, chained_lark, large_gbnf, nested_schema, optional_chain, ref_chain, tools
+from abuse_specs import chained_lark, large_gbnf, nested_schema, optional_chain, ref_chain, tools
 
 from .processes import wait_until
 

@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import socket
-import json
 import subprocess
 import sys
 import ssl

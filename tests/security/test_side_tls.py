@@ -11,7 +11,6 @@ half-sent TLS handshake held open on it, each side port (worker, deployer and `m
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 import ssl
@@ -21,6 +20,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from mindmotor.launcher.supervisor import UpMetrics
+from stalled_tls import stalled
 
 LISTEN = "0A"
 
@@ -81,24 +81,6 @@ def test_every_listening_port_of_every_service_speaks_tls(mtls_cluster, pki):
     # each of the other services has its gRPC port and its HTTP side port, all checked above
     assert {name: len(ports) >= 2 for name, ports in checked.items()} == \
         {"controller": True, "worker": True, "deployer": True, "coordinator": False}
-
-
-def client_hello() -> bytes:
-    """The first flight of a real TLS client (its ClientHello)."""
-    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-    tls = ssl.create_default_context().wrap_bio(incoming, outgoing, server_hostname="localhost")
-    with contextlib.suppress(ssl.SSLWantReadError):
-        tls.do_handshake()
-    return outgoing.read()
-
-
-@contextlib.contextmanager
-def stalled(port: int):
-    """A silent TCP connection and a half-sent ClientHello, held open meanwhile."""
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as idle, \
-            socket.create_connection(("127.0.0.1", port), timeout=30) as half:
-        half.sendall(client_hello()[:40])
-        yield idle, half
 
 
 def test_no_side_port_is_frozen_by_a_silent_connection_or_a_half_done_handshake(mtls_cluster, pki):

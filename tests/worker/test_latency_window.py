@@ -7,18 +7,11 @@ import pytest
 
 from mindmotor.worker.latency_window import LatencyWindow
 from mindmotor.worker.metrics import RequestTimer
-
-
-class Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from fake_clock import FakeClock
 
 
 def test_percentile_over_the_window_only():
-    clock = Clock()
+    clock = FakeClock(0.0)
     window = LatencyWindow(window_s=30.0, max_samples=100, clock=clock)
     assert window.percentile(90) == (0.0, 0)
     for value in range(1, 11):                  # 0.1 .. 1.0 s at t = 0
@@ -32,7 +25,7 @@ def test_percentile_over_the_window_only():
 
 
 def test_bounded_by_max_samples():
-    window = LatencyWindow(window_s=1e9, max_samples=3, clock=Clock())
+    window = LatencyWindow(window_s=1e9, max_samples=3, clock=FakeClock(0.0))
     for value in (9.0, 1.0, 2.0, 3.0):
         window.add(value)
     assert window.values() == [1.0, 2.0, 3.0]
@@ -46,8 +39,8 @@ def test_request_timer_records_ttft_and_mean_tpot(monkeypatch):
     class FakeMetrics:
         ttft = tpot = type("H", (), {"observe": lambda self, v: None})()
         requests = type("C", (), {"labels": lambda self, **kw: type("I", (), {"inc": lambda s: None})()})()
-        recent_ttft = LatencyWindow(clock=Clock())
-        recent_tpot = LatencyWindow(clock=Clock())
+        recent_ttft = LatencyWindow(clock=FakeClock(0.0))
+        recent_tpot = LatencyWindow(clock=FakeClock(0.0))
         model_name = "m"
         vllm_ttft = vllm_tpot = vllm_itl = vllm_e2e = vllm_success = type(   # vLLM's names: not under test here
             "V", (), {"labels": lambda self, *a: type("O", (), {"observe": lambda s, v: None,

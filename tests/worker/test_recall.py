@@ -4,18 +4,11 @@ forgotten; the oldest go first past the token bound; retention 0 keeps nothing."
 from __future__ import annotations
 
 from mindmotor.worker.recall import OutputRecall
-
-
-class Clock:
-    def __init__(self):
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from fake_clock import FakeClock
 
 
 def test_kept_while_running_and_for_the_retention_after():
-    clock = Clock()
+    clock = FakeClock()
     recall = OutputRecall(retention_s=60, clock=clock)
     record = recall.start("a", b"digest", [1, 2])
     record.output_token_ids.extend([3, 4])
@@ -28,7 +21,7 @@ def test_kept_while_running_and_for_the_retention_after():
 
 
 def test_the_oldest_go_first_past_the_token_bound():
-    recall = OutputRecall(retention_s=60, max_tokens=5, clock=Clock())
+    recall = OutputRecall(retention_s=60, max_tokens=5, clock=FakeClock())
     for name in "abc":
         record = recall.start(name, b"d", [7, 7])
         recall.end(name, record)

@@ -32,7 +32,7 @@ async def generate(c: Coordinator, request: Request, request_id: str, model: Ser
                    include_usage: bool) -> Response:
     arrival = time.perf_counter()
     try:
-        choices = check_choices(len(prompts), n, c.settings.max_n, c.settings.max_requests)
+        check_choices(len(prompts), n, c.settings.max_n, c.settings.max_requests)
     except InvalidRequest as exc:
         raise bad_request(exc) from None
     max_new = [resolve_max_tokens(len(p.token_ids), sampling.max_tokens, model.max_model_len, sampling.min_tokens)
