@@ -11,7 +11,7 @@ def __getattr__(name: str):
         from mindmotor.engine.llm import LLM
         return LLM
     if name == "SamplingParams":
-        from mindmotor.engine.sampling_params import SamplingParams
+        from mindmotor.rules.sampling_params import SamplingParams
         return SamplingParams
     if name == "EngineConfig":
         from mindmotor.engine.config import EngineConfig

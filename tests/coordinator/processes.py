@@ -17,7 +17,7 @@ import pytest
 from mindmotor.common.waiting import wait_until  # noqa: F401 (re-exported to the tests)
 from mindmotor.coordinator.app import create_app
 from mindmotor.coordinator.config import load_settings
-from mindmotor.coordinator.server import bind_socket, make_server
+from mindmotor.coordinator.http.server import bind_socket, make_server
 from mindmotor.launcher.process import ChildProcess, ChildProcessError
 from mindmotor.protocol import worker_pb2 as pb
 from mindmotor.protocol import worker_pb2_grpc

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 
 from mindmotor.common.roles import Role
-from mindmotor.coordinator.controller_source import ControllerSource, view_from_info
-from mindmotor.coordinator.routing_table import RoutingTable
+from mindmotor.coordinator.routing.controller_source import ControllerSource, view_from_info
+from mindmotor.coordinator.routing.table import RoutingTable
 from mindmotor.protocol import controller_pb2 as cpb
 
 

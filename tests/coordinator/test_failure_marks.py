@@ -4,7 +4,7 @@ at once; the dead address stays skipped for `suspect_s`."""
 
 from __future__ import annotations
 
-from mindmotor.coordinator.routing_table import InstanceView, RoutingTable
+from mindmotor.coordinator.routing.table import InstanceView, RoutingTable
 from fake_clock import FakeClock
 
 

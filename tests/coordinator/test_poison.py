@@ -237,8 +237,8 @@ def test_a_dead_engines_worker_leaves_the_controllers_table_and_the_other_serves
     (grpc.StatusCode.UNIMPLEMENTED, "no such method", (), "500"),
 ])
 def test_failure_classes(code, details, metadata, expected):
-    from mindmotor.coordinator.errors import BadRequest, InternalError
-    from mindmotor.coordinator.failures import OwnCancellation, WorkerFailure, classify
+    from mindmotor.coordinator.http.errors import BadRequest, InternalError
+    from mindmotor.coordinator.dispatch.failures import OwnCancellation, WorkerFailure, classify
 
     error = classify(grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(*metadata), details))
     if isinstance(error, BadRequest):

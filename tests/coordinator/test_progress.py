@@ -15,14 +15,14 @@ import grpc
 import pytest
 
 from mindmotor.common.roles import Role
-from mindmotor.coordinator.channels import WorkerChannels
-from mindmotor.coordinator.generation import Generation, GenerationRequest
+from mindmotor.coordinator.dispatch.channels import WorkerChannels
+from mindmotor.coordinator.dispatch.generation import Generation, GenerationRequest
 from mindmotor.coordinator.metrics import ChoiceTimer, CoordinatorMetrics
-from mindmotor.coordinator.policies import LeastLoad
-from mindmotor.coordinator.progress import ProgressGuard
-from mindmotor.coordinator.router import Router
-from mindmotor.coordinator.routing_table import InstanceView, RoutingTable
-from mindmotor.coordinator.sampling import SamplingOptions
+from mindmotor.coordinator.routing.policies import LeastLoad
+from mindmotor.coordinator.dispatch.progress import ProgressGuard
+from mindmotor.coordinator.routing.router import Router
+from mindmotor.coordinator.routing.table import InstanceView, RoutingTable
+from mindmotor.coordinator.openai.sampling import SamplingOptions
 from mindmotor.protocol import worker_pb2 as pb
 from mindmotor.protocol import worker_pb2_grpc
 

@@ -1,4 +1,4 @@
-"""Resuming a cut stream on another coordinator (coordinator/resume.py): two coordinators that
+"""Resuming a cut stream on another coordinator (coordinator/dispatch/resume.py): two coordinators that
 share a resume key, one worker. A client reads part of a greedy stream from the first, its
 connection breaks, it sends the same request to the second with `Last-Event-ID`: the second
 continues right after the last event — the text joined is the undisturbed run's, no token repeated

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from mindmotor.common.block_hash import block_hashes
-from mindmotor.coordinator.errors import ServiceUnavailable
-from mindmotor.coordinator.routing_table import InstanceView, RoutingTable
-from mindmotor.coordinator.router import Router
-from mindmotor.coordinator.policies import (CacheAware, LeastLoad, RouteRequest, RoundRobin, WeightedRoundRobin,
+from mindmotor.coordinator.http.errors import ServiceUnavailable
+from mindmotor.coordinator.routing.table import InstanceView, RoutingTable
+from mindmotor.coordinator.routing.router import Router
+from mindmotor.coordinator.routing.policies import (CacheAware, LeastLoad, RouteRequest, RoundRobin, WeightedRoundRobin,
                                            make_policy)
-from mindmotor.coordinator.policies.prefix_index import PrefixIndex
-from mindmotor.coordinator.policies.versions import VersionSplit
+from mindmotor.coordinator.routing.policies.prefix_index import PrefixIndex
+from mindmotor.coordinator.routing.policies.versions import VersionSplit
 
 
 def view(name: str, **fields) -> InstanceView:

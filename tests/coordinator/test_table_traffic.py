@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import asyncio
 
-from mindmotor.coordinator.controller_source import ControllerSource, traffic_from_table
-from mindmotor.coordinator.routing_table import InstanceView, RoutingTable
-from mindmotor.coordinator.router import Router
-from mindmotor.coordinator.policies import RoundRobin, RouteRequest
+from mindmotor.coordinator.routing.controller_source import ControllerSource, traffic_from_table
+from mindmotor.coordinator.routing.table import InstanceView, RoutingTable
+from mindmotor.coordinator.routing.router import Router
+from mindmotor.coordinator.routing.policies import RoundRobin, RouteRequest
 from mindmotor.protocol import controller_pb2 as cpb
 
 

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from mindmotor.coordinator.tool_stream import ToolCallStream, parse_all
+from mindmotor.coordinator.openai.tool_stream import ToolCallStream, parse_all
 
 NAMES = {"get_weather", "add"}
 AUTO = {

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from mindmotor.coordinator.auth import APIKeys
+from mindmotor.coordinator.http.auth import APIKeys
 from mindmotor.coordinator.config import CoordinatorSettings, WorkerEntry, load_settings
-from mindmotor.coordinator.errors import BadRequest, Unauthorized
-from mindmotor.coordinator.rate_limit import MemoryRateLimiter
-from mindmotor.coordinator.sampling import SamplingOptions
+from mindmotor.coordinator.http.errors import BadRequest, Unauthorized
+from mindmotor.coordinator.http.rate_limit import MemoryRateLimiter
+from mindmotor.coordinator.openai.sampling import SamplingOptions
 
 
 @pytest.fixture(autouse=True)
@@ -102,7 +102,7 @@ def test_http_listening_socket_is_tcp_so_asyncio_disables_nagle():
     is IPPROTO_TCP; with protocol 0 every response waited ~40 ms for a delayed ACK."""
     import socket
 
-    from mindmotor.coordinator.server import bind_socket
+    from mindmotor.coordinator.http.server import bind_socket
 
     sock = bind_socket("127.0.0.1", 0)
     try:

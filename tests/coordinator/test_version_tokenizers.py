@@ -8,10 +8,10 @@ from collections import Counter
 
 from mindmotor.common.tokenizer import TokenizerFiles
 from mindmotor.coordinator.config import CoordinatorSettings
-from mindmotor.coordinator.routing_table import InstanceView, RoutingTable
-from mindmotor.coordinator.models import ModelCatalog, ModelTokenizer
-from mindmotor.coordinator.router import NoInstanceAvailable, Router
-from mindmotor.coordinator.policies import RoundRobin, RouteRequest
+from mindmotor.coordinator.routing.table import InstanceView, RoutingTable
+from mindmotor.coordinator.catalog.models import ModelCatalog, ModelTokenizer
+from mindmotor.coordinator.routing.router import NoInstanceAvailable, Router
+from mindmotor.coordinator.routing.policies import RoundRobin, RouteRequest
 from mindmotor.model.checkpoint import resolve_model_dir
 
 import pytest

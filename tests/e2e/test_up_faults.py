@@ -493,7 +493,7 @@ def test_a_killed_coordinator_replica_costs_no_retried_request_and_refuses_no_co
 def test_a_stream_cut_by_a_replica_s_death_resumes_on_another(platform, e2e_model):
     """SIGKILL the coordinator replica serving a greedy stream; the client sends the same request
     again with `Last-Event-ID` (to the same port: another replica answers) and gets the rest — the
-    joined text equals an undisturbed run, nothing repeated or missing (coordinator/resume.py)."""
+    joined text equals an undisturbed run, nothing repeated or missing (coordinator/dispatch/resume.py)."""
     url, headers = platform.ready["url"], {"Authorization": f"Bearer {API_KEY}"}
     request = {"model": e2e_model.name, "prompt": "def fibonacci(n):", "max_tokens": 80, "temperature": 0,
                "stream": True, "ignore_eos": True}

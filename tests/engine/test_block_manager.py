@@ -6,7 +6,7 @@ import pytest
 
 from mindmotor.common.block_hash import block_hashes
 from mindmotor.engine.block_manager import BlockManager
-from mindmotor.engine.sampling_params import SamplingParams
+from mindmotor.rules.sampling_params import SamplingParams
 from mindmotor.engine.sequence import Sequence
 
 BS = 4

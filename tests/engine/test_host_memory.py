@@ -11,7 +11,7 @@ import pytest
 from mindmotor import LLM, SamplingParams
 from mindmotor.engine.block_manager import BlockManager
 from mindmotor.engine.host_memory import machine_memory_bytes, parse_size
-from mindmotor.engine.sampling_params import SamplingParams as Params
+from mindmotor.rules.sampling_params import SamplingParams as Params
 from mindmotor.engine.sequence import Sequence
 from mindmotor.model.kv_cache import PagedKVCache
 

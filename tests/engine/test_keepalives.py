@@ -9,7 +9,7 @@ import threading
 from mindmotor.engine.async_engine import KEEPALIVE, AsyncLLMEngine
 from mindmotor.engine.config import EngineConfig
 from mindmotor.engine.continuation import Continuation, KVSource
-from mindmotor.engine.sampling_params import SamplingParams
+from mindmotor.rules.sampling_params import SamplingParams
 
 
 async def _until(predicate, timeout: float = 10.0) -> None:

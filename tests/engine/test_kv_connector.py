@@ -14,7 +14,7 @@ from mindmotor.engine.config import EngineConfig
 from mindmotor.engine.continuation import Continuation, KVSource
 from mindmotor.engine.kv_connector import KVBlocks
 from mindmotor.engine.llm_engine import LLMEngine, RequestError
-from mindmotor.engine.sampling_params import SamplingParams
+from mindmotor.rules.sampling_params import SamplingParams
 from mindmotor.engine.sequence import SequenceStatus
 
 BLOCK = 4

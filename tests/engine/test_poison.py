@@ -14,9 +14,9 @@ from mindmotor.engine.continuation import Continuation, KVSource
 from mindmotor.engine.async_engine import AsyncLLMEngine, EngineDeadError, RequestFailed
 from mindmotor.engine.config import EngineConfig
 from mindmotor.engine.llm_engine import MAX_STEP_FAILURES, EngineBroken, LLMEngine, RequestError
-from mindmotor.engine.request_rules import (InvalidRequest, check_choices, check_text, check_token_ids,
+from mindmotor.rules.request_rules import (InvalidRequest, check_choices, check_text, check_token_ids,
                                             resolve_max_tokens)
-from mindmotor.engine.sampling_params import SamplingParams
+from mindmotor.rules.sampling_params import SamplingParams
 
 
 @pytest.mark.parametrize("fields, param, words", [

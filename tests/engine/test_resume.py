@@ -13,7 +13,7 @@ from mindmotor.engine.config import EngineConfig
 from mindmotor.engine.continuation import Continuation
 from mindmotor.engine.llm_engine import LLMEngine, RequestError
 from mindmotor.engine.output import OutputProcessor, RequestOutput
-from mindmotor.engine.sampling_params import SamplingParams
+from mindmotor.rules.sampling_params import SamplingParams
 from mindmotor.engine.sequence import Sequence
 
 SEEDED = dict(temperature=1.0, top_p=0.9, presence_penalty=0.6, frequency_penalty=0.4, ignore_eos=True)

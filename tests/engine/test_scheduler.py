@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mindmotor.engine.block_manager import BlockManager
-from mindmotor.engine.sampling_params import SamplingParams
+from mindmotor.rules.sampling_params import SamplingParams
 from mindmotor.engine.scheduler import Scheduler, SchedulerConfig
 from mindmotor.engine.sequence import Sequence, SequenceStatus
 

@@ -10,10 +10,10 @@ import pytest
 import pytest_asyncio
 
 from mindmotor.engine.grammar import grammar_text
-from mindmotor.engine.request_rules import InvalidRequest
+from mindmotor.rules.request_rules import InvalidRequest
 from mindmotor.sandbox.pool import HelperPool
 from mindmotor.sandbox.spec_check import SpecChecker
-from mindmotor.structured.constraint import Constraint
+from mindmotor.rules.constraint import Constraint
 
 from abuse_specs import as_json, chained_lark, nested_schema, optional_chain, ref_chain
 

@@ -8,16 +8,21 @@ equal hashes mean equal prefixes. BLAKE2b is used so that the value is the same 
 from __future__ import annotations
 
 import hashlib
+import sys
+from array import array
 from typing import Sequence
-
-import numpy as np
 
 ROOT_HASH = b"mindmotor-prefix-v1"
 
 
 def hash_block(parent: bytes, token_ids: Sequence[int]) -> bytes:
+    """The hash of one block after `parent`: the token ids as little-endian int64 (the bytes numpy's
+    int64 array has; without numpy, so the coordinator's router does not load it)."""
+    ids = array("q", token_ids)
+    if sys.byteorder != "little":
+        ids.byteswap()
     h = hashlib.blake2b(parent, digest_size=16)
-    h.update(np.asarray(token_ids, dtype=np.int64).tobytes())
+    h.update(ids.tobytes())
     return h.digest()
 
 

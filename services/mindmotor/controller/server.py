@@ -135,7 +135,7 @@ class _AdminServer:
         from mindmotor.common.http_limits import HTTPLimits, limited_h11
         from mindmotor.common.https_side import uvicorn_tls
 
-        # IPPROTO_TCP so that asyncio sets TCP_NODELAY on accepted connections (see coordinator/server.py)
+        # IPPROTO_TCP so that asyncio sets TCP_NODELAY on accepted connections (see coordinator/http/server.py)
         self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM,
                                   socket.IPPROTO_TCP)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

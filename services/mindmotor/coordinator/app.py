@@ -15,25 +15,25 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
 
-from .admission import Admission
-from .auth import APIKeys
-from .channels import WorkerChannels
-from .config import CoordinatorSettings
-from .discovery import ModelDiscovery
-from .errors import install_handlers
-from .routing_table import RoutingTable
-from .metrics import CoordinatorMetrics
-from .middleware import BodyLimitMiddleware, GateMiddleware, RequestIdMiddleware
-from .models import ModelCatalog
-from .progress import ProgressGuard
-from .rate_limit import MemoryRateLimiter, RateLimiter
-from .resume import new_key
-from .router import Router
-from .routes import api_router
-from .policies import make_policy
-from .state import Coordinator
-from .static_source import StaticWorkerSource
-from .loop_lag import LoopLagMonitor
+from mindmotor.coordinator.dispatch.admission import Admission
+from mindmotor.coordinator.http.auth import APIKeys
+from mindmotor.coordinator.dispatch.channels import WorkerChannels
+from mindmotor.coordinator.config import CoordinatorSettings
+from mindmotor.coordinator.catalog.discovery import ModelDiscovery
+from mindmotor.coordinator.http.errors import install_handlers
+from mindmotor.coordinator.routing.table import RoutingTable
+from mindmotor.coordinator.metrics import CoordinatorMetrics
+from mindmotor.coordinator.http.middleware import BodyLimitMiddleware, GateMiddleware, RequestIdMiddleware
+from mindmotor.coordinator.catalog.models import ModelCatalog
+from mindmotor.coordinator.dispatch.progress import ProgressGuard
+from mindmotor.coordinator.http.rate_limit import MemoryRateLimiter, RateLimiter
+from mindmotor.coordinator.dispatch.resume import new_key
+from mindmotor.coordinator.routing.router import Router
+from mindmotor.coordinator.http.routes import api_router
+from mindmotor.coordinator.routing.policies import make_policy
+from mindmotor.coordinator.state import Coordinator
+from mindmotor.coordinator.routing.static_source import StaticWorkerSource
+from mindmotor.coordinator.http.loop_lag import LoopLagMonitor
 from mindmotor.sandbox.pool import HelperMetrics, HelperPool
 from mindmotor.sandbox.spec_check import SpecChecker
 
@@ -45,7 +45,7 @@ def make_rate_limiter(settings: CoordinatorSettings, metrics: CoordinatorMetrics
     if settings.rate_limit_rpm <= 0:
         return None
     if settings.redis_url:
-        from .rate_limit_redis import RedisRateLimiter
+        from mindmotor.coordinator.http.rate_limit_redis import RedisRateLimiter
 
         on_fail_open = (lambda reason: metrics.rate_limit_fail_open.labels(reason).inc()) if metrics else None
         return RedisRateLimiter(settings.redis_url, settings.rate_limit_rpm, settings.rate_limit_burst,
@@ -75,7 +75,7 @@ def build_coordinator(settings: CoordinatorSettings) -> Coordinator:
 def make_source(settings: CoordinatorSettings, c: Coordinator):
     """Where the instances come from: the controller(s) when given, else the static workers."""
     if settings.controllers:
-        from .controller_source import ControllerSource
+        from mindmotor.coordinator.routing.controller_source import ControllerSource
 
         return ControllerSource(settings.controllers, c.table, reporter=settings.coordinator_id,
                                 on_traffic=c.router.set_table_traffic)

@@ -92,7 +92,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from_args(args: argparse.Namespace):
-    from .config import WorkerEntry, load_settings
+    from mindmotor.coordinator.config import WorkerEntry, load_settings
 
     models = None
     if args.model:
@@ -140,10 +140,10 @@ def run_coordinator(args: argparse.Namespace) -> int:
         return 2
     setup_logging("coordinator", settings.log_level)
     if args.replicas > 1:
-        from .replicas import run_from_cli
+        from mindmotor.coordinator.http.replicas import run_from_cli
 
         return run_from_cli(settings, args.replicas)
-    from .server import serve
+    from mindmotor.coordinator.http.server import serve
 
     try:
         return asyncio.run(serve(settings))

@@ -8,17 +8,17 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from .admission import Admission
-from .auth import APIKeys
-from .channels import WorkerChannels
-from .config import CoordinatorSettings
-from .routing_table import RoutingTable
-from .metrics import CoordinatorMetrics
-from .models import ModelCatalog
-from .progress import ProgressGuard
-from .rate_limit import RateLimiter
-from .resume import new_key
-from .router import Router
+from mindmotor.coordinator.dispatch.admission import Admission
+from mindmotor.coordinator.http.auth import APIKeys
+from mindmotor.coordinator.dispatch.channels import WorkerChannels
+from mindmotor.coordinator.config import CoordinatorSettings
+from mindmotor.coordinator.routing.table import RoutingTable
+from mindmotor.coordinator.metrics import CoordinatorMetrics
+from mindmotor.coordinator.catalog.models import ModelCatalog
+from mindmotor.coordinator.dispatch.progress import ProgressGuard
+from mindmotor.coordinator.http.rate_limit import RateLimiter
+from mindmotor.coordinator.dispatch.resume import new_key
+from mindmotor.coordinator.routing.router import Router
 from mindmotor.sandbox.spec_check import SpecChecker
 
 

@@ -36,9 +36,9 @@ from .config import EngineConfig
 from .continuation import Continuation
 from .kv_connector import KVBlocks, KVLoad
 from .llm_engine import EngineInfo, LLMEngine, RequestError, ValidatedRequest
-from .request_rules import InvalidRequest
+from mindmotor.rules.request_rules import InvalidRequest
 from .output import RequestOutput
-from .sampling_params import SamplingParams
+from mindmotor.rules.sampling_params import SamplingParams
 
 log = logging.getLogger("mindmotor.engine")
 

@@ -17,10 +17,10 @@ import llguidance
 import numpy as np
 
 from mindmotor.structured.compile import ENGINE_STACK_BYTES, compile_grammar
-from mindmotor.structured.constraint import Constraint  # noqa: F401 - re-exported
+from mindmotor.rules.constraint import Constraint  # noqa: F401 - re-exported
 from mindmotor.structured.stack_thread import run_on_stack, start_on_stack
 
-from .request_rules import InvalidRequest
+from mindmotor.rules.request_rules import InvalidRequest
 
 
 def grammar_text(constraint: Constraint) -> str:

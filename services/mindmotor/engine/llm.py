@@ -17,7 +17,7 @@ from tqdm import tqdm
 from .config import EngineConfig
 from .llm_engine import LLMEngine
 from .sampler import TokenLogprob
-from .sampling_params import SamplingParams
+from mindmotor.rules.sampling_params import SamplingParams
 
 
 @dataclass

@@ -32,10 +32,10 @@ from .host_memory import format_bytes, resolve_budget
 from .kv_connector import KVBlocks, KVLoad
 from .model_runner import ModelRunner
 from .output import OutputProcessor, RequestOutput
-from .request_rules import InvalidRequest, check_text, check_token_ids, resolve_max_tokens
+from mindmotor.rules.request_rules import InvalidRequest, check_text, check_token_ids, resolve_max_tokens
 from .grammar import GrammarEngine, advance
 from .sampler import Sampler
-from .sampling_params import SamplingParams
+from mindmotor.rules.sampling_params import SamplingParams
 from .scheduler import Scheduler, SchedulerConfig
 from .sequence import Sequence, SequenceStatus
 from .step_budget import host_attention_budget

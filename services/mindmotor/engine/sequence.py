@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .continuation import KVSource
-from .sampling_params import SamplingParams
+from mindmotor.rules.sampling_params import SamplingParams
 
 
 class SequenceStatus(enum.Enum):

@@ -219,7 +219,7 @@ class Platform:
         """The API's socket, bound and listening here for the platform's life: every coordinator
         replica accepts from it (inherited), so while one restarts the others take its share and
         a new connection waits in the backlog rather than being refused, even with none up."""
-        from mindmotor.coordinator.server import bind_socket
+        from mindmotor.coordinator.http.server import bind_socket
 
         metrics_dir = self.log_dir / METRICS_DIR
         shutil.rmtree(metrics_dir, ignore_errors=True)          # counters of an earlier run

@@ -1,6 +1,6 @@
 """`request_digest`: a short fingerprint of what a Generate/Prefill call asks for — its prompt and
 sampling parameters — computed alike by the coordinator and the worker, so that a stream resumed
-on another coordinator (coordinator/resume.py) continues the request it says it continues."""
+on another coordinator (coordinator/dispatch/resume.py) continues the request it says it continues."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import os
 import resource
 import sys
 
-from mindmotor.engine.request_rules import InvalidRequest
+from mindmotor.rules.request_rules import InvalidRequest
 from mindmotor.structured.compile import HELPER_STACK_BYTES
 from mindmotor.structured.stack_thread import run_on_stack
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from mindmotor.engine.request_rules import InvalidRequest
+from mindmotor.rules.request_rules import InvalidRequest
 from mindmotor.launcher.process import child_command
 
 from . import wire

@@ -21,8 +21,8 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from mindmotor.engine.request_rules import InvalidRequest
-from mindmotor.structured.constraint import Constraint, check_limits
+from mindmotor.rules.request_rules import InvalidRequest
+from mindmotor.rules.constraint import Constraint, check_limits
 
 from .pool import HelperBusy, HelperCrashed, HelperFailure, HelperPool, HelperTimeout
 

@@ -6,7 +6,7 @@ costs only the request that sent it."""
 from __future__ import annotations
 
 from mindmotor.structured.compile import compile_grammar
-from mindmotor.structured.constraint import Constraint
+from mindmotor.rules.constraint import Constraint
 
 
 def compile_constraint(kind: str, spec: str, param: str) -> dict:

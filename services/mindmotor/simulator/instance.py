@@ -14,7 +14,7 @@ from mindmotor.device.specs import DeviceSpec
 from mindmotor.engine.block_manager import BlockManager
 from mindmotor.engine.continuation import KVSource
 from mindmotor.engine.kv_connector import KVLoad
-from mindmotor.engine.sampling_params import SamplingParams
+from mindmotor.rules.sampling_params import SamplingParams
 from mindmotor.engine.scheduler import Scheduler, SchedulerConfig
 from mindmotor.engine.sequence import Sequence, SequenceStatus
 

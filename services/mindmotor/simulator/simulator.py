@@ -19,10 +19,10 @@ from array import array
 from dataclasses import dataclass, field
 
 from mindmotor.common.roles import Role
-from mindmotor.coordinator.routing_table import InstanceView
-from mindmotor.coordinator.policies import make_policy
-from mindmotor.coordinator.policies.base import RouteRequest
-from mindmotor.coordinator.policies.least_load import LeastLoad
+from mindmotor.coordinator.routing.table import InstanceView
+from mindmotor.coordinator.routing.policies import make_policy
+from mindmotor.coordinator.routing.policies.base import RouteRequest
+from mindmotor.coordinator.routing.policies.least_load import LeastLoad
 from mindmotor.device.hf_profile import resolve_profile
 from mindmotor.device.specs import get_device_spec
 from mindmotor.simulator.cluster import ClusterSpec

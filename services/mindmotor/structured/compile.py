@@ -11,9 +11,9 @@ import json
 import llguidance
 from llguidance.gbnf_to_lark import any_to_lark
 
-from mindmotor.engine.request_rules import InvalidRequest
+from mindmotor.rules.request_rules import InvalidRequest
 
-from .constraint import Constraint, check_limits
+from mindmotor.rules.constraint import Constraint, check_limits
 
 HELPER_STACK_BYTES = 8 << 20
 ENGINE_STACK_BYTES = 64 << 20

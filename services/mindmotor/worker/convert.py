@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from mindmotor.engine.continuation import Continuation, KVSource
-from mindmotor.structured.constraint import Constraint
+from mindmotor.rules.constraint import Constraint
 from mindmotor.engine.output import RequestOutput
-from mindmotor.engine.sampling_params import SamplingParams
+from mindmotor.rules.sampling_params import SamplingParams
 from mindmotor.protocol import worker_pb2 as pb
 
 

@@ -36,7 +36,7 @@ from mindmotor.common.roles import Role
 from mindmotor.engine.async_engine import KEEPALIVE, AsyncLLMEngine, EngineDeadError, RequestFailed
 from mindmotor.engine.continuation import Continuation
 from mindmotor.engine.llm_engine import RequestError
-from mindmotor.engine.sampling_params import SamplingParams
+from mindmotor.rules.sampling_params import SamplingParams
 from mindmotor.protocol import worker_pb2 as pb
 from mindmotor.protocol.failure import ENGINE_DEAD, FAILURE_METADATA_KEY, PARAM_METADATA_KEY, REQUEST_FAILED
 from mindmotor.protocol import worker_pb2_grpc

@@ -1,0 +1,75 @@
+"""From a validated request to running generations: the choices limit (400 when prompts × n
+could never be admitted) and the context check per prompt (400), the structured-output spec
+checked by a helper process (400 when it is bad, too large or crashes the compiler; 429 when no
+helper is free), an instance must exist (503), admission (429: full for now), then one
+`Generation` per choice — choice j of a prompt gets seed + j when a seed is given."""
+
+from __future__ import annotations
+
+import time
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from mindmotor.rules.request_rules import InvalidRequest, check_choices
+
+from mindmotor.coordinator.dispatch.fanout import ChoiceSet
+from mindmotor.coordinator.dispatch.generation import Generation, GenerationRequest
+from mindmotor.coordinator.metrics import ChoiceTimer
+from mindmotor.coordinator.catalog.models import ServedModel
+from mindmotor.coordinator.openai.prompts import Prompt, bad_request, resolve_max_tokens
+from mindmotor.coordinator.dispatch.respond import OutputFormat, respond
+from mindmotor.coordinator.routing.router import NoInstanceAvailable
+from mindmotor.coordinator.openai.sampling import SamplingOptions
+from mindmotor.coordinator.dispatch.resume import HEADER as RESUME_HEADER, stream_marker
+from mindmotor.coordinator.state import Coordinator
+from mindmotor.coordinator.http.errors import TooManyRequests
+from mindmotor.sandbox.spec_check import SpecsBusy
+
+
+async def generate(c: Coordinator, request: Request, request_id: str, model: ServedModel, prompts: list[Prompt],
+                   sampling: SamplingOptions, n: int, priority: int, fmt: OutputFormat, stream: bool,
+                   include_usage: bool) -> Response:
+    arrival = time.perf_counter()
+    try:
+        check_choices(len(prompts), n, c.settings.max_n, c.settings.max_requests)
+    except InvalidRequest as exc:
+        raise bad_request(exc) from None
+    max_new = [resolve_max_tokens(len(p.token_ids), sampling.max_tokens, model.max_model_len, sampling.min_tokens)
+               for p in prompts]
+    await check_structured(c, sampling)
+    if not c.table.has_routable(model.name):
+        raise NoInstanceAvailable(model.name)
+    generations, prompt_indices = [], []
+    for p_index, prompt in enumerate(prompts):
+        c.metrics.prompt_tokens.labels(model.name).inc(len(prompt.token_ids))
+        for j in range(n):
+            index = len(generations)
+            req = GenerationRequest(request_id=f"{request_id}-{index}", model=model.name,
+                                    prompt_token_ids=prompt.token_ids, sampling=sampling.for_choice(j),
+                                    max_new_tokens=max_new[p_index], priority=priority, versions=model.versions)
+            generations.append(Generation(req, c.router, c.channels, c.metrics,
+                                          ChoiceTimer(c.metrics, model.name, arrival), c.settings.max_retry,
+                                          c.settings.prefill_timeout_s, retry_after_s=c.settings.retry_after_s,
+                                          guard=c.guard))
+            prompt_indices.append(p_index)
+    marker = None
+    if stream:
+        marker = await stream_marker(request.headers.get(RESUME_HEADER), generations, fmt, c.resume_key, c.table,
+                                     c.channels, c.metrics)
+    running = [i for i in range(len(generations)) if not (marker and marker.resumed and marker.marks.choices[i].finished)]
+    ticket = c.admission.admit(model.name, len(running))
+    return await respond(request, ChoiceSet([generations[i] for i in running], running), prompt_indices, fmt, stream,
+                         include_usage, ticket, c.metrics, model.name, c.in_flight, marker)
+
+
+async def check_structured(c: Coordinator, sampling: SamplingOptions) -> None:
+    """The request's structured-output spec, checked by a helper process (its field in the 400)."""
+    try:
+        await c.specs.check(sampling.structured)
+    except InvalidRequest as exc:
+        raise bad_request(exc) from None
+    except SpecsBusy as exc:
+        c.metrics.rejected.labels("structured_outputs_busy").inc()
+        raise TooManyRequests(f"the structured-output compilers are busy ({exc}); retry later",
+                              retry_after_s=c.settings.retry_after_s, code="structured_outputs_busy") from None

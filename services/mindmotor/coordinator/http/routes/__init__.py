@@ -1,0 +1,14 @@
+"""HTTP routes, one module per endpoint group; each handler parses, then calls one function."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from mindmotor.coordinator.http.routes import chat, completions, health, models, tokenize
+
+
+def api_router() -> APIRouter:
+    router = APIRouter()
+    for module in (completions, chat, models, tokenize, health):
+        router.include_router(module.router)
+    return router

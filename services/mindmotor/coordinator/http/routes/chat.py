@@ -1,0 +1,14 @@
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from mindmotor.coordinator.openai.chat import create_chat_completion
+from mindmotor.coordinator.openai.schemas import ChatCompletionRequest
+from mindmotor.coordinator.state import CoordinatorDep
+
+router = APIRouter()
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(body: ChatCompletionRequest, request: Request, c: CoordinatorDep):
+    return await create_chat_completion(c, body, request)

@@ -1,0 +1,14 @@
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from mindmotor.coordinator.openai.completions import create_completion
+from mindmotor.coordinator.openai.schemas import CompletionRequest
+from mindmotor.coordinator.state import CoordinatorDep
+
+router = APIRouter()
+
+
+@router.post("/v1/completions")
+async def completions(body: CompletionRequest, request: Request, c: CoordinatorDep):
+    return await create_completion(c, body, request)

@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+import os
+
+from fastapi import APIRouter
+from starlette.responses import JSONResponse, Response
+
+from mindmotor import __version__
+
+from mindmotor.coordinator.state import CoordinatorDep
+
+router = APIRouter()
+
+
+def _instances(c) -> dict:
+    return {v.instance_id: {"model": v.model, "healthy": v.healthy, "routable": c.table.is_routable(v),
+                            "deployment": v.deployment, "version": v.version}
+            for v in c.table.all()}
+
+
+def _traffic(c) -> dict:
+    """model -> version -> weight, for the models whose requests are split between versions."""
+    return {name: weights for name in c.catalog.names() if (weights := c.router.traffic(name))}
+
+
+@router.get("/health")
+async def health(c: CoordinatorDep):
+    """200 when at least one instance can take requests, else 503."""
+    ok = c.table.has_routable()
+    return JSONResponse({"status": "ok" if ok else "no_healthy_instance", "instances": _instances(c),
+                         "traffic": _traffic(c), "spec_helpers": c.specs.pool.live,
+                         "replica": {"pid": os.getpid(), "requests_in_flight": c.in_flight.requests,
+                                     "streams_in_flight": c.in_flight.streams}},
+                        status_code=200 if ok else 503)
+
+
+@router.get("/ready")
+async def ready(c: CoordinatorDep):
+    """200 once started and every served model has a routable instance."""
+    names = c.catalog.names()
+    missing = [m for m in names if not c.table.has_routable(m)]
+    ok = c.started and bool(names) and not missing
+    return JSONResponse({"ready": ok, "models": names, "models_without_instance": missing},
+                        status_code=200 if ok else 503)
+
+
+@router.get("/ping")
+async def ping():
+    """vLLM's liveness probe: 200 while the process serves HTTP."""
+    return Response(status_code=200)
+
+
+@router.post("/ping")
+async def ping_post():
+    return Response(status_code=200)
+
+
+@router.get("/version")
+async def version():
+    return JSONResponse({"version": __version__})
+
+
+@router.get("/metrics")
+async def metrics(c: CoordinatorDep):
+    for name in c.catalog.names():
+        c.metrics.instances.labels(name).set(sum(1 for v in c.table.candidates(name)))
+        c.metrics.vllm_running.labels(name).set(c.admission.outstanding.get(name, 0))
+    return Response(c.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")

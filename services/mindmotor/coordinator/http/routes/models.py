@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from mindmotor.coordinator.http.errors import NotFound
+from mindmotor.coordinator.state import Coordinator, CoordinatorDep
+
+router = APIRouter()
+
+
+def model_card(c: Coordinator, name: str) -> dict:
+    return {"id": name, "object": "model", "created": c.catalog.created, "owned_by": "mindmotor",
+            "root": c.catalog.root(name), "parent": None, "max_model_len": c.catalog.max_model_len(name) or None}
+
+
+@router.get("/v1/models")
+async def list_models(c: CoordinatorDep):
+    return {"object": "list", "data": [model_card(c, name) for name in c.catalog.names()]}
+
+
+@router.get("/v1/models/{name:path}")
+async def get_model(name: str, c: CoordinatorDep):
+    if name not in c.catalog.names():
+        raise NotFound(f"the model {name!r} does not exist", param="model", code="model_not_found")
+    return model_card(c, name)
