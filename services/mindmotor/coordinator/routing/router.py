@@ -10,18 +10,20 @@ Traffic weights come from two places: the static `traffic` setting, and the cont
 table (`set_table_traffic`, as the Deployer set them). For a model the table names, the table's
 weights win; the static ones apply to the other models.
 
-Roles: a pick may be limited to instances of some roles (`roles`). Each (model, version, role
-group) keeps its own policy state; decode picks use `least_load` whatever the model's policy (a
-decode instance's prefix cache only saves a transfer, its load decides the TPOT)."""
+A pick runs in two stages: the candidates (the routable instances of the model, of `roles` if
+given) go through the filter steps of `filters.py` — not excluded, of the allowed versions, of the
+version the traffic split picks — then the model's policy picks one (`policies/`). Each (model,
+version, role group) keeps its own policy state; decode picks use `least_load` whatever the model's
+policy (a decode instance's prefix cache only saves a transfer, its load decides the TPOT)."""
 
 from __future__ import annotations
 
 from typing import Callable, Collection
 
 from mindmotor.coordinator.http.errors import ServiceUnavailable
+from mindmotor.coordinator.routing.filters import Filter, RouteContext, TrafficSplit, excluded, of_versions
 from mindmotor.coordinator.routing.table import InstanceView, RoutingTable
 from mindmotor.coordinator.routing.policies import LeastLoad, Policy, RouteRequest
-from mindmotor.coordinator.routing.policies.versions import VersionSplit
 
 from mindmotor.common.roles import Role
 
@@ -42,7 +44,8 @@ class Router:
         self._static_traffic = traffic or {}
         self._table_traffic: dict[str, dict[str, float]] = {}
         self._policies: dict[tuple[str, str, str], Policy] = {}
-        self._splits: dict[str, VersionSplit] = {}          # model (or model + version group) -> split
+        self.traffic_split = TrafficSplit(self.traffic)
+        self.filters: list[Filter] = [excluded, of_versions, self.traffic_split]
         self._on_routed = on_routed
         self._versions: dict[str, str] = {}      # instance id -> its version, as last routed to
 
@@ -61,14 +64,6 @@ class Router:
         """The version weights that apply to `model` now (empty: no version split)."""
         return self._table_traffic.get(model) or self._static_traffic.get(model) or {}
 
-    def _split(self, key: str, weights: dict[str, float]) -> VersionSplit:
-        """The split state of `key`: a model, or a model's group of versions (a request already
-        assigned to a group must not disturb the state of the model's own split)."""
-        split = self._splits.get(key)
-        if split is None or split.weights != weights:
-            split = self._splits[key] = VersionSplit(weights)
-        return split
-
     def choose_version(self, model: str, versions: Collection[str]) -> str | None:
         """The version (one of `versions`, with a routable instance) a request of `model` goes to,
         by the traffic weights — picked before the request is tokenized when its versions
@@ -78,7 +73,7 @@ class Router:
             return None
         weights = self.traffic(model)
         if weights:
-            candidates = self._split(model, weights).choose(candidates)
+            candidates = self.traffic_split.split(model, weights).choose(candidates)
         return candidates[0].version
 
     def version_of(self, instance_id: str) -> str:
@@ -90,17 +85,13 @@ class Router:
              roles: Collection[str] | None = None, versions: Collection[str] | None = None) -> InstanceView:
         """The instance to send `request` to (not one of `exclude`; of one of `roles` if given; of
         one of `versions` if given: a request tokenized for them); NoInstanceAvailable if none."""
-        candidates = [c for c in self.table.candidates(model, roles)
-                      if c.instance_id not in exclude and (versions is None or c.version in versions)]
-        if not candidates:
-            raise NoInstanceAvailable(model)
-        version = ""
-        weights = self.traffic(model)
-        if weights:
-            if len({c.version for c in candidates}) > 1:
-                key = model if versions is None else f"{model}\0{','.join(sorted(versions))}"
-                candidates = self._split(key, weights).choose(candidates)
-            version = candidates[0].version
+        ctx = RouteContext(model, request, exclude, versions)
+        candidates = list(self.table.candidates(model, roles))
+        for step in self.filters:
+            candidates = step(candidates, ctx)
+            if not candidates:
+                raise NoInstanceAvailable(model)
+        version = candidates[0].version if self.traffic(model) else ""
         policy = self.policy(model, version, ",".join(sorted(roles)) if roles is not None else "")
         choice = policy.choose(candidates, request)
         self._versions[choice.instance_id] = choice.version
