@@ -45,8 +45,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "tests" / "support"))
 
 from abuse_specs import chained_lark, large_gbnf, nested_schema, optional_chain, ref_chain, tools  # noqa: E402
-from mindmotor.launcher.proc_tree import descendants  # noqa: E402
-from mindmotor.launcher.process import ChildProcess  # noqa: E402
+from mindmotor.runtime.child_process import ChildProcess  # noqa: E402
+from mindmotor.runtime.proc_tree import descendants  # noqa: E402
 
 MODEL = "mindmotor-demo"
 REQUEST_TIMEOUT_S = 60.0

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mindmotor.launcher.process import ChildProcess, ChildProcessError
+from mindmotor.runtime.child_process import ChildProcess, ChildProcessError
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
@@ -54,7 +54,7 @@ def log(msg: str) -> None:
 
 # ---- processes ---------------------------------------------------------------------------------
 class Server(ChildProcess):
-    """A benchmarked process (`launcher.process.ChildProcess`), with its port and CPU time."""
+    """A benchmarked process (`runtime.child_process.ChildProcess`), with its port and CPU time."""
 
     def wait_ready(self, timeout_s: float = 60.0) -> dict[str, str]:
         try:

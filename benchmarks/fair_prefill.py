@@ -55,10 +55,10 @@ import grpc  # noqa: E402
 import numpy as np  # noqa: E402
 
 from benchmarks.common import DEMO_SHAPE, finish, log, percentile, r3  # noqa: E402
-from mindmotor.launcher.process import ChildProcess  # noqa: E402
 from mindmotor.model.config import LlamaConfig  # noqa: E402
 from mindmotor.protocol import worker_pb2 as pb  # noqa: E402
 from mindmotor.protocol import worker_pb2_grpc  # noqa: E402
+from mindmotor.runtime.child_process import ChildProcess  # noqa: E402
 
 CONTEXT = 16384
 SHORT_PROMPT_TOKENS = 64

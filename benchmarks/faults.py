@@ -44,8 +44,8 @@ from typing import Callable
 import httpx
 import yaml
 
-from mindmotor.launcher.proc_tree import descendants
-from mindmotor.launcher.process import ChildProcess
+from mindmotor.runtime.child_process import ChildProcess
+from mindmotor.runtime.proc_tree import descendants
 
 API_KEY = "sk-faults-benchmark"
 REQUEST_TIMEOUT_S = 30.0

@@ -26,9 +26,9 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks.common import finish, log  # noqa: E402
-from mindmotor.launcher.process import ChildProcess  # noqa: E402
 from mindmotor.protocol import worker_pb2 as pb  # noqa: E402
 from mindmotor.protocol import worker_pb2_grpc  # noqa: E402
+from mindmotor.runtime.child_process import ChildProcess  # noqa: E402
 
 METRICS = ("mindmotor_kv_host_bytes", "mindmotor_kv_host_budget_bytes", "mindmotor_kv_host_blocks",
            "mindmotor_kv_cached_blocks", "mindmotor_kv_evictions_total", "mindmotor_kv_host_limited_total")

@@ -33,8 +33,8 @@ import httpx
 
 from benchmarks.common import BenchRequest, log, percentile, r3, r4
 from loadtest.bench_serving import RequestResult, send_request
-from mindmotor.launcher.process import ChildProcess
 from mindmotor.protocol import worker_pb2, worker_pb2_grpc
+from mindmotor.runtime.child_process import ChildProcess
 
 PROFILE = "qwen2-7b"
 DEVICE = "910B3"

@@ -17,10 +17,10 @@ import pytest
 
 from mindmotor.common.roles import Role
 from mindmotor.controller.pd_settings import DEFAULT_SLO, parse_slo
-from mindmotor.launcher.process import ChildProcess
 from mindmotor.model.testing import write_tiny_checkpoint
 from mindmotor.protocol import worker_pb2 as pb
 from mindmotor.protocol import worker_pb2_grpc
+from mindmotor.runtime.child_process import ChildProcess
 
 from .conftest import eventually
 

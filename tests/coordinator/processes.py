@@ -18,9 +18,9 @@ from mindmotor.common.waiting import wait_until  # noqa: F401 (re-exported to th
 from mindmotor.coordinator.app import create_app
 from mindmotor.coordinator.config import load_settings
 from mindmotor.coordinator.http.server import bind_socket, make_server
-from mindmotor.launcher.process import ChildProcess, ChildProcessError
 from mindmotor.protocol import worker_pb2 as pb
 from mindmotor.protocol import worker_pb2_grpc
+from mindmotor.runtime.child_process import ChildProcess, ChildProcessError
 
 # uvicorn's HTTP/1.1 parsers the coordinator's HTTP limits are tested on (common/http_limits.py);
 # httptools only where its package is installed (it is not a dependency yet: h11 is the default).
@@ -33,7 +33,7 @@ START_TIMEOUT_S = 60.0
 
 
 class _Process:
-    """A `mindmotor` service subprocess for tests: `launcher.process.ChildProcess` (stdout read on a
+    """A `mindmotor` service subprocess for tests: `runtime.child_process.ChildProcess` (stdout read on a
     thread, stderr to a log file, SIGTERM to it should the test process die), except that `stop`
     kills at once — tests do not wait for drains they do not test."""
 

@@ -10,7 +10,7 @@ import signal
 
 import httpx
 
-from mindmotor.launcher.proc_tree import descendants
+from mindmotor.runtime.proc_tree import descendants
 
 from .processes import CoordinatorProcess, wait_until
 

@@ -22,7 +22,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from mindmotor.common.waiting import wait_until
-from mindmotor.launcher.process import ChildProcess
+from mindmotor.runtime.child_process import ChildProcess
 from mindmotor.trainer.testing import free_port
 
 from . import artifacts as A

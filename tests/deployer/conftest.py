@@ -1,5 +1,5 @@
 """Deployer test helpers: real processes (controller, deployer, coordinator) started through
-`launcher.process.ChildProcess` on free ports, the replicas the deployer starts found by their
+`runtime.child_process.ChildProcess` on free ports, the replicas the deployer starts found by their
 command line, checkpoints for every verification outcome, a Redis prefix per test.
 
 Everything is stopped at teardown, and the test fails if a replica it started outlives it. Short
@@ -22,8 +22,8 @@ import pytest
 from mindmotor.common.waiting import wait_until
 from mindmotor.deployer.client import DeployerClient
 from mindmotor.deployer.spec import parse_spec
-from mindmotor.launcher.process import ChildProcess
 from mindmotor.model.manifest import build_manifest, write_manifest
+from mindmotor.runtime.child_process import ChildProcess
 
 REDIS_URL = os.environ.get("MINDMOTOR_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 FAST_CONTROLLER = ["--heartbeat-interval", "0.2", "--suspect-misses", "3", "--dead-after", "1.5",

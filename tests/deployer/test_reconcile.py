@@ -11,12 +11,12 @@ import pytest
 
 from mindmotor.common.store import MemoryStore
 from mindmotor.deployer.backends.base import CRASHED, RUNNING, STARTING, Replica
-from mindmotor.deployer.backoff import RestartBackoff
 from mindmotor.deployer.metrics import DeployerMetrics
 from mindmotor.deployer.operations import Deployments
 from mindmotor.deployer.reconcile import REPUSH_S, Reconciler
 from mindmotor.deployer.spec import parse_spec
 from mindmotor.deployer.store import DeploymentStore
+from mindmotor.runtime.backoff import RestartBackoff
 
 from .doubles import Clock, ControllerView, MemoryBackend
 

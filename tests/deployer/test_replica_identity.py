@@ -20,8 +20,8 @@ from mindmotor.common import certs, rpc
 from mindmotor.common.waiting import wait_until
 from mindmotor.deployer.backends.base import RUNNING, STOPPING, Replica
 from mindmotor.deployer.backends.local import STATE_FILE, LocalBackend
-from mindmotor.deployer.backends.local_process import proc_start_time
 from mindmotor.deployer.backends.replica_identity import ReplicaIdentities
+from mindmotor.runtime.detached_process import proc_start_time
 
 
 def test_under_mutual_tls_the_deployer_needs_the_worker_ca(tmp_path):

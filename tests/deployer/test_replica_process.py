@@ -1,4 +1,4 @@
-"""A local replica's process, as the deployer sees it (deployer/backends/local_process.py): started
+"""A local replica's process, as the deployer sees it (runtime/detached_process.py): started
 through the exec wrapper's `--detach` mode it is the child of the anchor (a child subreaper), not
 of whoever started it; another process recognises it by pid + start time + command line (and a
 pid with another start time or command line is not it); it dies when the anchor dies. Its
@@ -15,24 +15,24 @@ from pathlib import Path
 
 from secrets_registry import given_secret
 from mindmotor.common.waiting import wait_until
-from mindmotor.deployer.backends.local_process import ReplicaProcess, proc_start_time
 from mindmotor.deployer.backends.worker_env import worker_environment
+from mindmotor.runtime.detached_process import DetachedProcess, proc_start_time
 
 # The anchor: a child subreaper that starts one detached "replica" (it prints a ready line and
 # sleeps), prints the replica's record and its own parent's view, then waits to be killed.
 ANCHOR = """
 import json, os, sys, time
 from pathlib import Path
-from mindmotor.launcher.subreaper import become_subreaper
-from mindmotor.deployer.backends.local_process import ReplicaProcess
 from mindmotor.deployer.backends.worker_env import worker_environment
+from mindmotor.runtime.detached_process import DetachedProcess
+from mindmotor.runtime.subreaper import become_subreaper
 assert become_subreaper()
 out = Path(sys.argv[1])
 program = [sys.executable, "-c", "import time; print('REPLICA_READY port=123', flush=True); time.sleep(120)",
            "--worker-id", "demo-v1-0"]
 env = worker_environment({k: v for k, v in os.environ.items() if k == "PYTHONPATH"})
-proc = ReplicaProcess.spawn(program, out / "replica.log", out / "replica.out", os.getpid(), env,
-                            cmdline_mark="--worker-id\\0demo-v1-0")
+proc = DetachedProcess.spawn(program, out / "replica.log", out / "replica.out", os.getpid(), env,
+                             cmdline_mark="--worker-id\\0demo-v1-0")
 while proc.poll_ready("REPLICA_READY") is None:
     time.sleep(0.02)
 print(json.dumps({"record": proc.to_dict(), "ready": proc.poll_ready("REPLICA_READY")}), flush=True)
@@ -56,11 +56,11 @@ def test_a_detached_replica_is_the_anchors_is_recognised_by_others_and_dies_with
         assert started["ready"] == {"port": "123"}
         assert ppid(pid) == anchor.pid                       # the anchor's child, though the wrapper started it
 
-        adopted = ReplicaProcess.adopt(record)              # from here: not its parent
+        adopted = DetachedProcess.adopt(record)              # from here: not its parent
         assert adopted is not None and adopted.alive() and adopted.poll_ready("REPLICA_READY") == {"port": "123"}
-        assert ReplicaProcess.adopt({**record, "start_time": record["start_time"] + 1}) is None   # a reused pid
-        assert ReplicaProcess.adopt({**record, "cmdline_mark": "--worker-id\0other-v1-0"}) is None
-        assert ReplicaProcess.adopt({"pid": "x"}) is None
+        assert DetachedProcess.adopt({**record, "start_time": record["start_time"] + 1}) is None   # a reused pid
+        assert DetachedProcess.adopt({**record, "cmdline_mark": "--worker-id\0other-v1-0"}) is None
+        assert DetachedProcess.adopt({"pid": "x"}) is None
 
         environ = Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
         names = {item.split("=", 1)[0] for item in environ if item}

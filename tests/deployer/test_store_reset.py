@@ -13,12 +13,12 @@ import pytest
 
 from mindmotor.common.store import open_store
 from mindmotor.deployer.backends.base import RUNNING
-from mindmotor.deployer.backoff import RestartBackoff
 from mindmotor.deployer.metrics import DeployerMetrics
 from mindmotor.deployer.operations import Deployments
 from mindmotor.deployer.reconcile import Reconciler
 from mindmotor.deployer.spec import parse_spec
 from mindmotor.deployer.store import DeploymentStore
+from mindmotor.runtime.backoff import RestartBackoff
 
 from .conftest import REDIS_URL
 from .doubles import Clock, ControllerView, MemoryBackend

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from mindmotor.common.waiting import wait_until  # noqa: F401 (re-exported to the tests)
-from mindmotor.launcher.process import ChildProcess
 from mindmotor.model.testing import write_tiny_checkpoint
+from mindmotor.runtime.child_process import ChildProcess
 
 
 @pytest.fixture(scope="session")

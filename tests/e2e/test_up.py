@@ -9,8 +9,8 @@ from pathlib import Path
 import openai
 import pytest
 
-from mindmotor.launcher.proc_tree import child_pids, descendants
-from mindmotor.launcher.process import ChildProcess
+from mindmotor.runtime.child_process import ChildProcess
+from mindmotor.runtime.proc_tree import child_pids, descendants
 
 from .conftest import wait_until
 

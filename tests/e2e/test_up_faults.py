@@ -26,8 +26,8 @@ import pytest
 import yaml
 
 from secrets_registry import given_secret
-from mindmotor.launcher.proc_tree import descendants
-from mindmotor.launcher.process import ChildProcess
+from mindmotor.runtime.child_process import ChildProcess
+from mindmotor.runtime.proc_tree import descendants
 
 from .conftest import wait_until
 

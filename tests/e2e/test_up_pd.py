@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from mindmotor import LLM, SamplingParams
 from mindmotor.launcher.config import PlatformConfig
-from mindmotor.launcher.process import ChildProcess
+from mindmotor.runtime.child_process import ChildProcess
 
 PROMPTS = ["def fibonacci(n):", "The prefill worker reads this prompt and the decode worker"]
 MAX_TOKENS = 16

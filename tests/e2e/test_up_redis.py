@@ -15,7 +15,7 @@ import yaml
 
 from secrets_registry import given_secret
 from mindmotor.deployer.client import DeployerClient
-from mindmotor.launcher.process import ChildProcess
+from mindmotor.runtime.child_process import ChildProcess
 
 from .conftest import wait_until
 from .test_up_faults import admin_security, kill, service_pids, side_get

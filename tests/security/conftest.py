@@ -18,8 +18,8 @@ import pytest
 from secrets_registry import given_private_key, given_secret
 from mindmotor.common import certs, rpc
 from mindmotor.common.waiting import wait_until
-from mindmotor.launcher.process import ChildProcess
 from mindmotor.protocol import controller_pb2, controller_pb2_grpc, worker_pb2, worker_pb2_grpc
+from mindmotor.runtime.child_process import ChildProcess
 
 START_TIMEOUT_S = 90.0
 WORKER_ID = "worker-0-0"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from mindmotor.common.waiting import wait_until
 from secrets_registry import given_private_key, given_secret
-from mindmotor.launcher.process import ChildProcess
+from mindmotor.runtime.child_process import ChildProcess
 
 START_TIMEOUT_S = 60.0
 

@@ -19,7 +19,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from mindmotor.launcher.supervisor import UpMetrics
+from mindmotor.launcher.up import serve_up_metrics
+from mindmotor.runtime.supervisor_metrics import SupervisorMetrics
 from stalled_tls import stalled
 
 LISTEN = "0A"
@@ -84,7 +85,8 @@ def test_every_listening_port_of_every_service_speaks_tls(mtls_cluster, pki):
 
 
 def test_no_side_port_is_frozen_by_a_silent_connection_or_a_half_done_handshake(mtls_cluster, pki):
-    up_server, up_port = UpMetrics().serve("127.0.0.1", 0, files=(str(pki["admin"].cert), str(pki["admin"].key)))
+    up_server, up_port = serve_up_metrics(SupervisorMetrics(), "127.0.0.1", 0,
+                                          files=(str(pki["admin"].cert), str(pki["admin"].key)))
     try:
         side_ports = {"controller admin": f"{mtls_cluster.controller_admin}/metrics",
                       "worker": mtls_cluster.worker_metrics, "deployer": mtls_cluster.deployer_metrics,

@@ -9,8 +9,8 @@ from pathlib import Path
 import grpc
 
 from mindmotor.common.waiting import wait_until  # noqa: F401 (re-exported to the tests)
-from mindmotor.launcher.process import ChildProcess, ChildProcessError
 from mindmotor.protocol import worker_pb2_grpc
+from mindmotor.runtime.child_process import ChildProcess, ChildProcessError
 
 # A realtime worker sized and timed like Qwen2-7B on a 910B3: ~16 ms per decode step, so a
 # stream of 100+ tokens lasts long enough to cancel, abort or drain in the middle of it.
@@ -20,7 +20,7 @@ START_TIMEOUT_S = 60.0
 
 
 class WorkerProcess:
-    """`launcher.process.ChildProcess` running `mindmotor worker`, with a gRPC stub; `stop` kills
+    """`runtime.child_process.ChildProcess` running `mindmotor worker`, with a gRPC stub; `stop` kills
     at once (tests that drain call `terminate` and wait themselves)."""
 
     def __init__(self, model_dir: Path, log_path: Path, *extra_args: str, program: list[str] | None = None):

@@ -35,7 +35,7 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self, timeout_s: float = 10.0) -> None:
-        from mindmotor.launcher.process import child_command   # killed with this process, even by SIGKILL
+        from mindmotor.runtime.child_command import child_command   # killed with this process, even by SIGKILL
 
         self.proc = subprocess.Popen(
             child_command([self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",

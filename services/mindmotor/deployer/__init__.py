@@ -8,8 +8,9 @@ canary rollouts and rollbacks.
 
 Modules: `spec` (the spec file, validation, checkpoint verification) and `worker_settings`
 (`worker:` flags checked against the worker's command line), `records` and `store` (the desired
-state), `operations` (what each call means), `rollout` (a rollout's steps), `reconcile` (the loop)
-with `backoff`, `controller_link` (Watch + SetTraffic), `backends/` (`local`, `kubernetes` with
-`manifests` and `kube_api`), `service` (gRPC) and `convert` (proto), `metrics`, `config`,
-`server` (wiring, lifecycle), `client` and `show` (for `mindmotor deploy`), `cli`.
+state), `operations` (what each call means), `rollout` (a rollout's steps), `reconcile` (the loop;
+its restarts wait by `runtime.backoff`), `controller_link` (Watch + SetTraffic), `backends/`
+(`local`, whose replicas are `runtime.detached_process`es, `kubernetes` with `manifests` and
+`kube_api`), `service` (gRPC) and `convert` (proto), `metrics`, `config`, `server` (wiring,
+lifecycle), `client` and `show` (for `mindmotor deploy`), `cli`.
 """

@@ -174,7 +174,7 @@ def run_deployer(args: argparse.Namespace) -> int:
     from mindmotor.common.logging import setup_logging
     from mindmotor.common.store import StoreUnavailable
 
-    # Local replicas are forked and exec'd at once (launcher.process): gRPC's fork handlers have
+    # Local replicas are forked and exec'd at once (runtime.detached_process): gRPC's fork handlers have
     # nothing to protect there and would only print a warning line per replica on stderr.
     os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
     setup_logging("deployer", args.log_level)

@@ -38,11 +38,11 @@ from typing import Callable
 
 from mindmotor.common.store import StoreUnavailable
 from mindmotor.common.store_epoch import store_epoch
+from mindmotor.runtime.backoff import RestartBackoff
 
 from . import rollout
 from .analysis import AnalysisSettings, judge
 from .backends.base import CRASHED, STOPPING, Backend, Replica, VersionTarget
-from .backoff import RestartBackoff
 from .controller_link import ControllerLink, TrafficRefused
 from .coordinator_metrics import CoordinatorFigures
 from .metrics import DeployerMetrics
@@ -256,7 +256,8 @@ class Reconciler:
                 log.info("scaling", extra={"deployment": record.name, "version": name, "from": len(slots),
                                            "to": wanted})
             for replica in mine:
-                if replica.phase == CRASHED and replica.slot < wanted and self.backoff.due(replica, now):
+                if (replica.phase == CRASHED and replica.slot < wanted
+                        and self.backoff.due(replica.failures, replica.exited_at, now)):
                     await self._restart(replica, target)
         for name in sorted({r.version for r in replicas if r.deployment == record.name} - set(targets)):
             await self._remove(record.name, name, replicas)

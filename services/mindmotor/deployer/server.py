@@ -31,9 +31,9 @@ from mindmotor.common.leader import LeaderElector
 from mindmotor.common.lifecycle import run_until_signal
 from mindmotor.common.store import RedisStore, Store, StoreUnavailable, open_store
 from mindmotor.protocol import deployer_pb2, deployer_pb2_grpc
+from mindmotor.runtime.backoff import RestartBackoff
 
 from .backends import Backend, make_backend
-from .backoff import RestartBackoff
 from .config import OWNER_LEASE, DeployerConfig, ready_line
 from .controller_link import ControllerLink
 from .coordinator_metrics import CoordinatorFigures

@@ -52,10 +52,8 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .liveness import LivenessSettings
-
 from mindmotor.common.roles import NAMES, Role
-
+from mindmotor.runtime.liveness import LivenessSettings
 
 
 class ModelSpec(BaseModel):

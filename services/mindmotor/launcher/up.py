@@ -5,11 +5,12 @@ rollout ...` works against this platform as against any other.
 
 Start: controller → coordinator → deployer (it reads the coordinator's /metrics to judge canaries)
 → the config's deployments applied to it; ready (the line `MINDMOTOR_UP_READY ...` with every port)
-when the coordinator's /health sees every worker routable. While it runs, a controller, deployer or coordinator that dies is started again on the
-same ports (`Supervisor`: backoff, counted, logged); one death never stops the platform. One that
-is alive but does not answer its liveness probe (SIGSTOPped, stuck: `liveness.py`) is SIGKILLed and
-restarted the same way. Stop
-(Ctrl-C or SIGTERM): coordinator (finishes its streams) → deployer (its workers drain) → controller.
+when the coordinator's /health sees every worker routable. While it runs, a controller, deployer or
+coordinator that dies is started again on the same ports (`runtime.supervisor.Supervisor`:
+backoff, counted, logged); one death never stops the platform. One that is alive but does not
+answer its liveness probe (SIGSTOPped, stuck: `runtime/liveness.py`) is SIGKILLed and restarted
+the same way. Stop (Ctrl-C or SIGTERM): coordinator (finishes its streams) → deployer (its workers
+drain) → controller.
 
 Secrets (API keys, the admin token, the Redis URL) reach the services through their environment,
 built in one place (`child_env`), never through their command lines. Every gRPC call between them
@@ -18,7 +19,7 @@ is mutual TLS: a cluster CA and a certificate per service under <log dir>/pki
 deployer with the `admin` certificate, and prints the flags that make `mindmotor deploy` one.
 
 A deployer that dies costs no worker: `up` is the child subreaper of everything it starts
-(`subreaper.py`) and the deployer's replicas are started as `up`'s (MINDMOTOR_REPLICA_ANCHOR:
+(`runtime/subreaper.py`) and the deployer's replicas are started as `up`'s (MINDMOTOR_REPLICA_ANCHOR:
 their parent is `up`, they die with `up`), so they go on serving while the deployer is down and the
 restarted deployer adopts them from its replica records (deployer/backends/local.py); `up` reaps
 the ones that exit meanwhile. Deployments come back from Redis if `redis_url` is set (rollouts in
@@ -42,18 +43,20 @@ from pathlib import Path
 import grpc
 import httpx
 
-from mindmotor.deployer.backoff import RestartBackoff
-from mindmotor.deployer.spec import DeploymentSpec
-
+from mindmotor.common import rpc
+from mindmotor.common.https_side import serve_metrics
 from mindmotor.coordinator.metrics import MULTIPROC_ENV, forget_replica
+from mindmotor.deployer.spec import DeploymentSpec
+from mindmotor.runtime.backoff import RestartBackoff
+from mindmotor.runtime.child_process import ChildProcessError
+from mindmotor.runtime.liveness import LivenessProbe
+from mindmotor.runtime.subreaper import become_subreaper
+from mindmotor.runtime.supervisor import RUNNING, Service, Supervisor
+from mindmotor.runtime.supervisor_metrics import SupervisorMetrics
 
 from .cluster_pki import child_environments
 from .config import PlatformConfig
 from .deployments import deployment_specs
-from .process import ChildProcessError
-from .liveness import LivenessProbe
-from .subreaper import become_subreaper
-from .supervisor import RUNNING, Service, Supervisor, UpMetrics
 
 log = logging.getLogger("mindmotor.up")
 
@@ -81,6 +84,12 @@ def child_env(service: str, config: PlatformConfig) -> dict[str, str | None]:
     return {name: wanted.get(name) for name in SECRET_VARIABLES}
 
 
+def serve_up_metrics(metrics: SupervisorMetrics, host: str, port: int,
+                     files: tuple[str, str] | None = None) -> tuple[object, int]:
+    """`up`'s /metrics (its supervisor's counters); over HTTPS with `files` (certificate, key)."""
+    return serve_metrics(host, port, metrics.registry, files=files, sec=rpc.RpcSecurity())
+
+
 def replica_anchor_env(service: str) -> dict[str, str]:
     """The deployer's replicas belong to `up` (it adopts them, they die with it): its pid for the
     deployer's local backend."""
@@ -92,7 +101,7 @@ class Platform:
         self.config = config
         self.specs: list[DeploymentSpec] = deployment_specs(config)     # ValueError before anything starts
         self.log_dir = Path(config.log_dir or tempfile.mkdtemp(prefix="mindmotor-up-"))
-        self.metrics = UpMetrics()
+        self.metrics = SupervisorMetrics()
         backoff = RestartBackoff(config.restart_backoff_s, config.restart_backoff_max_s)
         self.supervisor = Supervisor(self.log_dir, backoff, config.stable_after_s, self.metrics)
         self.ports = config.ports.model_copy()
@@ -177,7 +186,7 @@ class Platform:
         return {MULTIPROC_ENV: str(self.log_dir / METRICS_DIR), "MINDMOTOR_RESUME_KEY": self.resume_key}
 
     def _liveness_url(self, service: str):
-        """What the service's own server answers (liveness.py): asked at each probe (ports are
+        """What the service's own server answers (runtime/liveness.py): asked at each probe (ports are
         known once it is ready). A coordinator replica is probed on its own port: the public one
         reaches whichever replica accepts first."""
         host = self.config.host
@@ -197,8 +206,8 @@ class Platform:
         become_subreaper()          # before any child: the deployer's replicas are then up's (see above)
         self.tls_env = child_environments(self.log_dir)
         own = self.tls_env["coordinator"]            # up's /metrics: HTTPS with the coordinator's certificate
-        self._metrics_http, self.metrics_port = self.metrics.serve(
-            cfg.host, self.ports.metrics, files=(own["MINDMOTOR_TLS_CERT"], own["MINDMOTOR_TLS_KEY"]))
+        self._metrics_http, self.metrics_port = serve_up_metrics(
+            self.metrics, cfg.host, self.ports.metrics, files=(own["MINDMOTOR_TLS_CERT"], own["MINDMOTOR_TLS_KEY"]))
         controller = self.supervisor.start(self._service(CONTROLLER, self._controller_args,
                                                          "MINDMOTOR_CONTROLLER_READY"), timeout)
         self.ports.controller = int(controller.ready["port"])

@@ -13,7 +13,7 @@ kills its helper too, since the helper cannot be given other work before it answ
 that dies is replaced at once in the background (after a backoff if replacements keep dying at
 start). Input the task refuses comes back as the task's `InvalidRequest`.
 
-Helpers are started through the exec wrapper (`launcher/die_with_parent.py`) with SIGKILL as their
+Helpers are started through the exec wrapper (`runtime/die_with_parent.py`) with SIGKILL as their
 parent-death signal: they die with the serving process, even when it is SIGKILLed, and are
 started with vfork + exec (no fork of a process that runs gRPC threads).
 """
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from mindmotor.rules.request_rules import InvalidRequest
-from mindmotor.launcher.process import child_command
+from mindmotor.runtime.child_command import child_command
 
 from . import wire
 

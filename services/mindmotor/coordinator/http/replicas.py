@@ -3,7 +3,7 @@ the front door `mindmotor up` runs, for a coordinator started on its own (a cont
 
 This process binds the port and keeps its listening socket; each replica inherits it (`--fd`) and
 accepts from it, with a port of its own for probes (`--replica-port`). A replica that dies is
-started again after a backoff (`launcher/supervisor.py`, as under `up`: logged, counted); one that
+started again after a backoff (`runtime/supervisor.py`, as under `up`: logged, counted); one that
 stops answering its `/health` is killed and started again. Meanwhile the others serve, and while
 none does a new connection waits in the socket's backlog. The replicas share a resume key (a
 stream cut by one resumes on another: resume.py) and a Prometheus multiprocess directory (the
@@ -23,9 +23,10 @@ import tempfile
 import threading
 from pathlib import Path
 
-from mindmotor.deployer.backoff import RestartBackoff
-from mindmotor.launcher.liveness import LivenessProbe, LivenessSettings
-from mindmotor.launcher.supervisor import Service, Supervisor, UpMetrics
+from mindmotor.runtime.backoff import RestartBackoff
+from mindmotor.runtime.liveness import LivenessProbe, LivenessSettings
+from mindmotor.runtime.supervisor import Service, Supervisor
+from mindmotor.runtime.supervisor_metrics import SupervisorMetrics
 
 from mindmotor.coordinator.config import READY_PREFIX, CoordinatorSettings
 from mindmotor.coordinator.metrics import MULTIPROC_ENV, forget_replica
@@ -62,7 +63,7 @@ def run_replicas(settings: CoordinatorSettings, argv: list[str], replicas: int) 
     (state / "metrics").mkdir()
     env = {MULTIPROC_ENV: str(state / "metrics"),
            "MINDMOTOR_RESUME_KEY": settings.resume_key or secrets.token_urlsafe(32)}
-    supervisor = Supervisor(None, RestartBackoff(0.5, 30.0), 10.0, UpMetrics())
+    supervisor = Supervisor(None, RestartBackoff(0.5, 30.0), 10.0, SupervisorMetrics())
     ports: dict[str, int] = {}
     base = replica_argv(argv)
 

@@ -1,7 +1,7 @@
 """`LocalBackend`: every replica is a `mindmotor worker` process on this machine, started so that
-it outlives the deployer (`local_process.ReplicaProcess`): its parent is the *anchor* — `mindmotor
-up` (which passes its pid in `MINDMOTOR_REPLICA_ANCHOR` and reaps what it adopts), else the
-deployer itself — and it gets SIGKILL when the anchor dies. Its ready line goes to a file, its JSON
+it outlives the deployer (a `runtime.detached_process.DetachedProcess`): its parent is the
+*anchor* — `mindmotor up` (which passes its pid in `MINDMOTOR_REPLICA_ANCHOR` and reaps what it
+adopts), else the deployer itself — and it gets SIGKILL when the anchor dies. Its ready line goes to a file, its JSON
 log to another, one pair per replica, in the log directory.
 
 A replica is "starting" until it prints its ready line, then "running". Draining one sends SIGTERM
@@ -41,11 +41,11 @@ from pathlib import Path
 from typing import Callable
 
 from mindmotor.common.certs import CertError
-from mindmotor.launcher.subreaper import become_subreaper, reap_orphans
+from mindmotor.runtime.detached_process import DetachedProcess, SpawnError
+from mindmotor.runtime.subreaper import become_subreaper, reap_orphans
 
 from .base import CRASHED, RUNNING, STARTING, STOPPING, Backend, Replica, VersionTarget
 from .command import instance_id, worker_args
-from .local_process import ReplicaProcess, SpawnError
 from .replica_identity import ReplicaIdentities
 from .worker_env import worker_environment
 
@@ -64,7 +64,7 @@ Key = tuple[str, str, int]
 @dataclass
 class _Local:
     replica: Replica
-    process: ReplicaProcess
+    process: DetachedProcess
     ready: dict[str, str] = field(default_factory=dict)
     stop_deadline: float = 0.0
     cert_expires: float = 0.0                # unix seconds; 0: no certificate of its own (no mutual TLS)
@@ -176,7 +176,7 @@ class LocalBackend(Backend):
                 replica = Replica(**record["replica"])
             except (KeyError, TypeError):
                 continue
-            process = ReplicaProcess.adopt(record.get("process") or {})
+            process = DetachedProcess.adopt(record.get("process") or {})
             where = {"deployment": replica.deployment, "version": replica.version, "slot": replica.slot,
                      "instance_id": replica.instance_id}
             if process is None:
@@ -206,14 +206,14 @@ class LocalBackend(Backend):
                           started_at=self.clock(), failures=failures, log=str(log_path))
         try:
             tls_env, cert_expires = self.identities.issue(worker_id)
-            process = ReplicaProcess.spawn([sys.executable, "-m", "mindmotor.cli", *args], log_path,
-                                           self.log_dir / f"{worker_id}.out", self.anchor, worker_environment(tls_env),
-                                           cmdline_mark=f"--worker-id\0{worker_id}\0")
+            process = DetachedProcess.spawn([sys.executable, "-m", "mindmotor.cli", *args], log_path,
+                                            self.log_dir / f"{worker_id}.out", self.anchor, worker_environment(tls_env),
+                                            cmdline_mark=f"--worker-id\0{worker_id}\0")
         except (SpawnError, CertError, OSError) as exc:
             log.error("replica did not start", extra={"deployment": deployment, "version": version, "slot": slot,
                                                       "error": str(exc)})
             replica = replace(replica, phase=CRASHED, exited_at=self.clock(), failures=failures + 1)
-            self._replicas[(deployment, version, slot)] = _Local(replica, ReplicaProcess(-1, -1, "", "", _gone=True))
+            self._replicas[(deployment, version, slot)] = _Local(replica, DetachedProcess(-1, -1, "", "", _gone=True))
             return
         self._replicas[(deployment, version, slot)] = _Local(
             replica, process, cert_expires=cert_expires.timestamp() if cert_expires else 0.0)

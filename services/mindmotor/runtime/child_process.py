@@ -2,14 +2,13 @@
 
 Every service prints one line `MINDMOTOR_<NAME>_READY key=value ...` on stdout once it serves
 (ports it bound, among others). Its stderr (JSON logs) goes to a log file. Every child gets SIGTERM
-from the kernel when the thread that started it dies (the exec wrapper `die_with_parent.py`), so a
-supervisor killed by SIGKILL leaves nothing running; start children from a thread that lives as
-long as they should (the main thread, or the event loop's).
+from the kernel when the thread that started it dies (the exec wrapper `die_with_parent.py`, through
+`child_command`), so a supervisor killed by SIGKILL leaves nothing running; start children from a
+thread that lives as long as they should (the main thread, or the event loop's).
 """
 
 from __future__ import annotations
 
-import os
 import queue
 import signal
 import subprocess
@@ -18,22 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-
-WRAPPER = Path(__file__).with_name("die_with_parent.py")
-
-
-def child_command(program: list[str], parent_death_signal: int = signal.SIGTERM) -> list[str]:
-    """`program` behind the exec wrapper that makes it get `parent_death_signal` when this process
-    dies, even by SIGKILL (see die_with_parent.py: why this is not a `preexec_fn`)."""
-    return [sys.executable, "-I", "-S", str(WRAPPER), str(os.getpid()), str(int(parent_death_signal)), *program]
-
-
-def child_env(extra: dict[str, str | None] | None = None) -> dict[str, str]:
-    """This process's environment for a child, plus `extra` (a None value removes the variable).
-    gRPC's fork support is off in the children (they start their own children with vfork + exec,
-    never fork())."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "GRPC_ENABLE_FORK_SUPPORT": "false", **(extra or {})}
-    return {name: value for name, value in env.items() if value is not None}
+from .child_command import child_command, child_env
 
 
 class ChildProcessError(RuntimeError):

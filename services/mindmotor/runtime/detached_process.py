@@ -1,20 +1,22 @@
-"""`ReplicaProcess`: one local replica's process, which the deployer may or may not be the parent of.
+"""`DetachedProcess`: a process that outlives whoever started it, which that one may or may not be
+the parent of — the Deployer's local replicas (deployer/backends/local.py).
 
-    proc = ReplicaProcess.spawn(args, log_path, out_path, anchor=up_pid, env=worker_environment())
+    proc = DetachedProcess.spawn(args, log_path, out_path, anchor=up_pid, env=worker_environment(),
+                                 cmdline_mark="--worker-id\\0demo-v1-0")
     proc.poll_ready("MINDMOTOR_WORKER_READY")   # the ready line's fields once printed (from out_path)
     proc.alive(); proc.signal(SIGTERM)
     proc.to_dict()                              # what identifies it: pid, start time, command line
-    ReplicaProcess.adopt(saved, expect="--worker-id\\0demo-v1-0")   # None unless it is that process
+    DetachedProcess.adopt(saved)                # None unless it is still that very process
 
-Started through the exec wrapper in `--detach` mode (launcher/die_with_parent.py): the replica's
-parent is the `anchor` — a child subreaper, `mindmotor up` or the deployer itself — and it gets
-SIGKILL when the anchor dies. Its stdout (the ready line) goes to a file, its stderr (JSON log) to
-the log file, so nothing of it is tied to this deployer's life.
+Started through the exec wrapper in `--detach` mode (die_with_parent.py, `detached_command`): the
+process's parent is the `anchor` — a child subreaper, `mindmotor up` or the deployer itself — and
+it gets `death_signal` (SIGKILL) when the anchor dies. Its stdout (the ready line) goes to a file,
+its stderr (JSON log) to the log file, so nothing of it is tied to its starter's life.
 
 A process is recognised by its pid *and* its start time (field 22 of /proc/PID/stat, in clock ticks
-since boot) *and* a piece of its command line, so a pid the kernel reused is never taken for the
-replica. Liveness comes from /proc (a zombie is dead); when this deployer is the parent (the
-anchor is itself) it also collects the exit code.
+since boot) *and* a piece of its command line, so a pid the kernel reused is never taken for it.
+Liveness comes from /proc (a zombie is dead); when the starter is the parent (the anchor is
+itself) it also collects the exit code.
 """
 
 from __future__ import annotations
@@ -22,17 +24,16 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from mindmotor.launcher.process import WRAPPER
+from .child_command import detached_command
 
 SPAWN_TIMEOUT_S = 30.0
 
 
 class SpawnError(RuntimeError):
-    """The wrapper did not start the replica."""
+    """The wrapper did not start the process."""
 
 
 def proc_start_time(pid: int) -> int | None:
@@ -55,7 +56,7 @@ def proc_cmdline(pid: int) -> str:
 
 
 @dataclass
-class ReplicaProcess:
+class DetachedProcess:
     pid: int
     start_time: int
     out_path: str
@@ -65,10 +66,9 @@ class ReplicaProcess:
 
     @classmethod
     def spawn(cls, program: list[str], log_path: Path, out_path: Path, anchor: int, env: dict[str, str],
-              cmdline_mark: str, death_signal: int = signal.SIGKILL) -> "ReplicaProcess":
+              cmdline_mark: str, death_signal: int = signal.SIGKILL) -> "DetachedProcess":
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-I", "-S", str(WRAPPER), "--detach", str(anchor), str(int(death_signal)),
-               str(out_path), *program]
+        cmd = detached_command(program, anchor, death_signal, out_path)
         with open(log_path, "ab") as log:
             # no preexec_fn: CPython uses vfork + exec (safe with gRPC threads running)
             wrapper = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, env=env)
@@ -77,7 +77,7 @@ class ReplicaProcess:
         except subprocess.TimeoutExpired:
             wrapper.kill()
             wrapper.wait()
-            raise SpawnError("the exec wrapper did not start the replica in time") from None
+            raise SpawnError("the exec wrapper did not start the process in time") from None
         try:
             pid = int(out.split()[0])
         except (IndexError, ValueError):
@@ -87,7 +87,7 @@ class ReplicaProcess:
                    cmdline_mark=cmdline_mark, _gone=start is None)
 
     @classmethod
-    def adopt(cls, saved: dict) -> "ReplicaProcess | None":
+    def adopt(cls, saved: dict) -> "DetachedProcess | None":
         """The process `saved` describes, if it still runs and is that very process; else None."""
         try:
             proc = cls(pid=int(saved["pid"]), start_time=int(saved["start_time"]), out_path=str(saved["out_path"]),

@@ -7,8 +7,9 @@ from __future__ import annotations
 import sys
 
 from mindmotor.common.waiting import wait_until
-from mindmotor.deployer.backoff import RestartBackoff
-from mindmotor.launcher.supervisor import RUNNING, STARTING, WAITING, Service, Supervisor, UpMetrics
+from mindmotor.runtime.backoff import RestartBackoff
+from mindmotor.runtime.supervisor import RUNNING, STARTING, WAITING, Service, Supervisor
+from mindmotor.runtime.supervisor_metrics import SupervisorMetrics
 
 READY = "SVC_READY"
 SERVE = f"import time; print('{READY} port=1', flush=True); time.sleep(60)"
@@ -23,7 +24,7 @@ class Clock:
 
 
 def test_a_dead_service_is_restarted_with_a_doubling_backoff(tmp_path):
-    clock, metrics, readied = Clock(), UpMetrics(), []
+    clock, metrics, readied = Clock(), SupervisorMetrics(), []
     supervisor = Supervisor(tmp_path, RestartBackoff(1.0, 4.0), stable_after_s=10.0, metrics=metrics, clock=clock)
     service = supervisor.start(Service("svc", lambda: ["-c", SERVE], READY, program=[sys.executable],
                                        on_ready=lambda s: readied.append(s.child.proc.pid)), timeout_s=30)

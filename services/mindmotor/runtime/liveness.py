@@ -1,5 +1,6 @@
-"""Liveness of `mindmotor up`'s services: a process can be there and answer nothing (SIGSTOPped,
-its event loop stuck), which a supervisor that only restarts dead children never notices.
+"""Liveness of supervised services (`mindmotor up`'s, the replicas of `mindmotor coordinator
+--replicas`): a process can be there and answer nothing (SIGSTOPped, its event loop stuck), which a
+supervisor that only restarts dead children never notices.
 
 Each service has an HTTP endpoint that its own server answers (coordinator `/health`, controller
 admin `/health`, deployer `/metrics`); every `interval_s` the supervisor GETs it with a `timeout_s`
@@ -14,15 +15,12 @@ routable) is a readiness matter, not a reason to kill. `failures` probes in a ro
 
 from __future__ import annotations
 
-import logging
 import ssl
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
-
-log = logging.getLogger("mindmotor.up")
 
 _POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="liveness")
 

@@ -1,11 +1,12 @@
-"""`Supervisor`: keeps `mindmotor up`'s services (controller, deployer, coordinator) running — a
-service that dies is started again with the same command line (so on the same ports), after a
-backoff that doubles with each death soon after its start; every death and restart is logged as a
-JSON line and counted (`mindmotor_up_restarts_total{service}` on `up`'s /metrics). One death never
+"""`Supervisor`: keeps services running — `mindmotor up`'s (controller, deployer, coordinator) and
+the replicas of `mindmotor coordinator --replicas`. A service that dies is started again with the
+same command line (so on the same ports), after a backoff that doubles with each death soon after
+its start (backoff.py); every death and restart is logged as a JSON line and counted
+(supervisor_metrics.py: `mindmotor_up_restarts_total{service}` on `up`'s /metrics). One death never
 stops the others. A service that stays alive but stops answering its liveness probe (liveness.py:
 SIGSTOPped, stuck) is SIGKILLed and restarted the same way.
 
-    supervisor = Supervisor(log_dir, backoff, stable_after_s, metrics)
+    supervisor = Supervisor(log_dir, backoff, stable_after_s, SupervisorMetrics())
     controller = supervisor.start(Service("controller", args=lambda: [...], ready_prefix=...), timeout_s=60)
     while not stop.wait(0.2):
         supervisor.check()                    # notices deaths, restarts when due, sees restarts ready
@@ -27,16 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
-
-from mindmotor.common import rpc
-from mindmotor.deployer.backoff import RestartBackoff
-
+from .backoff import RestartBackoff
+from .child_process import ChildProcess
 from .liveness import LivenessProbe
-from .process import ChildProcess
 from .subreaper import reap_orphans
+from .supervisor_metrics import SupervisorMetrics
 
-log = logging.getLogger("mindmotor.up")
+log = logging.getLogger("mindmotor.runtime")
 
 STARTING, RUNNING, WAITING = "starting", "running", "waiting to restart"
 
@@ -65,27 +63,8 @@ class Service:
         return self.child.ready if self.child is not None else {}
 
 
-class UpMetrics:
-    def __init__(self):
-        self.registry = CollectorRegistry()
-        self.restarts = Counter("mindmotor_up_restarts", "Services `mindmotor up` started again after they died",
-                                ["service"], registry=self.registry)
-        self.deaths = Counter("mindmotor_up_deaths", "Supervised services that exited without being asked to",
-                              ["service"], registry=self.registry)
-        self.liveness_kills = Counter("mindmotor_up_liveness_kills", "Services SIGKILLed (then restarted) after "
-                                      "failing their liveness probe", ["service"], registry=self.registry)
-        self.up = Gauge("mindmotor_up_service_up", "1 while the service runs and has printed its ready line",
-                        ["service"], registry=self.registry)
-
-    def serve(self, host: str, port: int, files: tuple[str, str] | None = None) -> tuple[object, int]:
-        """/metrics; over HTTPS with `files` (certificate, key)."""
-        from mindmotor.common.https_side import serve_metrics
-
-        return serve_metrics(host, port, self.registry, files=files, sec=rpc.RpcSecurity())
-
-
 class Supervisor:
-    def __init__(self, log_dir: Path | None, backoff: RestartBackoff, stable_after_s: float, metrics: UpMetrics,
+    def __init__(self, log_dir: Path | None, backoff: RestartBackoff, stable_after_s: float, metrics: SupervisorMetrics,
                  clock: Callable[[], float] = time.monotonic):
         self.log_dir = Path(log_dir) if log_dir is not None else None   # None: children log to our stderr
         self.backoff = backoff
@@ -128,7 +107,7 @@ class Supervisor:
         for service in self.services.values():
             if service.state in (STARTING, RUNNING) and not service.child.alive():
                 self._died(service, now)
-            elif service.state == WAITING and now >= service.died_at + self.backoff.delay(service.failures):
+            elif service.state == WAITING and self.backoff.due(service.failures, service.died_at, now):
                 service.restarts += 1
                 self.metrics.restarts.labels(service.name).inc()
                 self._spawn(service)

@@ -13,7 +13,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2_grpc
 
 from mindmotor.common.waiting import wait_until
-from mindmotor.launcher.process import WRAPPER, ChildProcess
+from mindmotor.runtime.child_command import WRAPPER
+from mindmotor.runtime.child_process import ChildProcess
 
 READY = "CHILD_READY"
 REPORT = ("import ctypes, os, time; c = ctypes.c_int(); "
@@ -54,7 +55,7 @@ def test_the_wrapper_does_not_start_a_program_whose_parent_is_gone():
 
 
 def test_a_grandchild_gets_sigterm_when_its_parent_is_killed(tmp_path):
-    code = ("import sys, time; from pathlib import Path; from mindmotor.launcher.process import ChildProcess; "
+    code = ("import sys, time; from pathlib import Path; from mindmotor.runtime.child_process import ChildProcess; "
             f"c = ChildProcess('g', ['-c', {REPORT!r}], {READY!r}, Path({str(tmp_path / 'g.log')!r}), "
             "program=[sys.executable]); c.wait_ready(30); "
             "print('PARENT_READY', f'child={c.proc.pid}', flush=True); time.sleep(60)")

@@ -1,8 +1,8 @@
-"""`mindmotor up` as the "child subreaper" of everything it starts (Linux
-`prctl(PR_SET_CHILD_SUBREAPER)`): a process whose parent dies is handed to `up` rather than to
-init. A Deployer's local replicas are started that way (die_with_parent.py `--detach`): their parent
-is `up`, their death signal comes from `up`'s death, and a Deployer that dies leaves them running
-for the restarted one to adopt.
+"""A process as the "child subreaper" of everything it starts (Linux `prctl(PR_SET_CHILD_SUBREAPER)`:
+`mindmotor up`, or a Deployer run on its own): a process whose parent dies is handed to it rather
+than to init. A Deployer's local replicas are started that way (die_with_parent.py `--detach`,
+detached_process.py): under `up` their parent is `up`, their death signal comes from `up`'s death,
+and a Deployer that dies leaves them running for the restarted one to adopt.
 
     become_subreaper()              # before the first child starts (descendants inherit the mark)
     reap_orphans(keep={pids...})    # every supervisor pass: collect the exit of adopted processes
@@ -18,7 +18,7 @@ import logging
 import os
 from pathlib import Path
 
-log = logging.getLogger("mindmotor.up")
+log = logging.getLogger("mindmotor.runtime")
 
 PR_SET_CHILD_SUBREAPER = 36
 

@@ -10,9 +10,10 @@ import signal
 import sys
 
 from mindmotor.common.waiting import wait_until
-from mindmotor.deployer.backoff import RestartBackoff
-from mindmotor.launcher.liveness import LivenessProbe, LivenessSettings
-from mindmotor.launcher.supervisor import RUNNING, Service, Supervisor, UpMetrics
+from mindmotor.runtime.backoff import RestartBackoff
+from mindmotor.runtime.liveness import LivenessProbe, LivenessSettings
+from mindmotor.runtime.supervisor import RUNNING, Service, Supervisor
+from mindmotor.runtime.supervisor_metrics import SupervisorMetrics
 
 READY = "SVC_READY"
 # an HTTP server on a free port answering 503 to everything (liveness is not readiness)
@@ -38,7 +39,7 @@ class Clock:
 
 
 def start(tmp_path, settings: LivenessSettings):
-    clock, metrics = Clock(), UpMetrics()
+    clock, metrics = Clock(), SupervisorMetrics()
     supervisor = Supervisor(tmp_path, RestartBackoff(0.1, 0.1), stable_after_s=10.0, metrics=metrics, clock=clock)
     service = Service("svc", lambda: ["-c", SERVE], READY, program=[sys.executable])
     service.liveness = LivenessProbe(settings, url=lambda: f"http://127.0.0.1:{service.ready['port']}/health")
