@@ -32,6 +32,7 @@ from .records import InstanceRecord
 from .registry import Registry
 
 from mindmotor.common.roles import Role
+from mindmotor.common.vocabulary import RatioReason
 
 log = logging.getLogger("mindmotor.controller.pd")
 
@@ -103,7 +104,7 @@ class PDAutoscaler:
         state = self.states[group]
         if ttft.samples == 0 or tpot.samples == 0:
             state.wish = None                        # no traffic on a side: no evidence for a switch
-            self.metrics.pd_decisions.labels("none", "no_measurements").inc()
+            self.metrics.pd_decisions.labels("none", RatioReason.NO_MEASUREMENTS).inc()
             log.debug("pd ratio: no measurements", extra={"model": model, "deployment": deployment,
                                                           "ttft_samples": ttft.samples, "tpot_samples": tpot.samples})
             return None

@@ -355,6 +355,8 @@ def cmd_traffic(args) -> int:
 def cmd_rollout(args) -> int:
     from pathlib import Path
 
+    from mindmotor.common.vocabulary import RolloutPhase
+
     checkpoint = str(Path(args.checkpoint).expanduser().resolve()) if args.checkpoint else ""
 
     def call(client):
@@ -367,7 +369,7 @@ def cmd_rollout(args) -> int:
         if args.no_wait:
             return deployment
         deployment = client.wait_rollout(args.name, timeout_s=deployment.rollout.deadline - deployment.updated_at + 30)
-        if deployment.rollout.phase != "canary":
+        if deployment.rollout.phase != RolloutPhase.CANARY:
             raise CommandFailed(f"rollout of {args.version} {deployment.rollout.phase}: {deployment.rollout.reason}")
         return deployment
 

@@ -30,6 +30,7 @@ from typing import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from mindmotor.common import rpc
+from mindmotor.common.vocabulary import ServiceState
 from mindmotor.deployer.backoff import RestartBackoff
 
 from .liveness import LivenessProbe
@@ -38,7 +39,7 @@ from .subreaper import reap_orphans
 
 log = logging.getLogger("mindmotor.up")
 
-STARTING, RUNNING, WAITING = "starting", "running", "waiting to restart"
+STARTING, RUNNING, WAITING = ServiceState.STARTING, ServiceState.RUNNING, ServiceState.WAITING
 
 
 @dataclass

@@ -42,6 +42,7 @@ from pathlib import Path
 import grpc
 import httpx
 
+from mindmotor.common.vocabulary import ServiceState
 from mindmotor.deployer.backoff import RestartBackoff
 from mindmotor.deployer.spec import DeploymentSpec
 
@@ -53,7 +54,7 @@ from .deployments import deployment_specs
 from .process import ChildProcessError
 from .liveness import LivenessProbe
 from .subreaper import become_subreaper
-from .supervisor import RUNNING, Service, Supervisor, UpMetrics
+from .supervisor import Service, Supervisor, UpMetrics
 
 log = logging.getLogger("mindmotor.up")
 
@@ -304,7 +305,7 @@ class Platform:
         restarted, a Redis that came back empty, a `mindmotor deploy delete`). A deployer on Redis
         is a standby until the dead one's lease runs out (UNAVAILABLE): tried again shortly."""
         deployer = self.supervisor.services.get(DEPLOYER)
-        if time.monotonic() < self._next_ensure or deployer is None or deployer.state != RUNNING:
+        if time.monotonic() < self._next_ensure or deployer is None or deployer.state != ServiceState.RUNNING:
             return
         try:
             self._apply_deployments(first=False)
