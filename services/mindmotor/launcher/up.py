@@ -82,6 +82,19 @@ def child_env(service: str, config: PlatformConfig) -> dict[str, str | None]:
     return {name: wanted.get(name) for name in SECRET_VARIABLES}
 
 
+def own_settings_removed(environ=None) -> dict[str, None]:
+    """`up`'s own settings variables (MINDMOTOR_PORT, MINDMOTOR_MODELS, ...), removed from what its
+    services inherit: they configure `up`, which gives each service its settings itself (flags and
+    `child_env`), and a service reading them would misread some (`MINDMOTOR_MODELS` is a list here,
+    a mapping for a coordinator)."""
+    from mindmotor.common.settings_flags import env_name
+
+    names = {env_name(field) for field in PlatformConfig.model_fields}
+    nested = tuple(f"{name}__" for name in names)             # MINDMOTOR_PORTS__CONTROLLER, ...
+    return {name: None for name in (os.environ if environ is None else environ)
+            if name in names or name.startswith(nested)}
+
+
 def replica_anchor_env(service: str) -> dict[str, str]:
     """The deployer's replicas belong to `up` (it adopts them, they die with it): its pid for the
     deployer's local backend."""
@@ -161,7 +174,8 @@ class Platform:
     def _service(self, name: str, args, ready_prefix: str, stop_timeout_s: float = 30.0, on_ready=None,
                  role: str | None = None, **extra) -> Service:
         role = role or name
-        env = {**child_env(role, self.config), **replica_anchor_env(role), **self.tls_env.get(role, {}),
+        env = {**own_settings_removed(), **child_env(role, self.config), **replica_anchor_env(role),
+               **self.tls_env.get(role, {}),
                **(self._coordinator_env() if role == COORDINATOR else {})}
         return Service(name, args, ready_prefix, env=env, stop_timeout_s=stop_timeout_s,
                        liveness=LivenessProbe(self.config.liveness, self._liveness_url(name),

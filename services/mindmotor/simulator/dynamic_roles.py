@@ -36,10 +36,10 @@ from mindmotor.worker.latency_window import MAX_SAMPLES, WINDOW_S, LatencyWindow
 class DynamicRolesConfig:
     slo: SLO                                               # the deployment's targets (p90 TTFT, p90 TPOT)
     policy: RatioPolicyConfig = RatioPolicyConfig()       # the controller's defaults
-    interval_s: float = ControllerConfig().pd_interval_s
+    interval_s: float = ControllerConfig.model_construct().pd_interval_s   # the defaults, not the environment
     window_s: float = WINDOW_S
     max_samples: int = MAX_SAMPLES
-    drain_timeout_s: float = WorkerConfig.role_drain_timeout_s   # a worker's default
+    drain_timeout_s: float = WorkerConfig.model_construct().role_drain_timeout_s   # a worker's default
 
 
 @dataclass
