@@ -75,6 +75,16 @@ def test_a_nested_section_changes_only_the_keys_it_names(tmp_path, monkeypatch):
     assert (deployer.analysis.window_s, deployer.analysis.min_requests) == (5.0, 20)
 
 
+def test_lists_from_the_environment(monkeypatch):
+    monkeypatch.setenv("MINDMOTOR_PD_SLO", "deployment=chat,ttft_ms=500,tpot_ms=40")     # one target, commas and all
+    assert load("controller", []).pd.slo_for("m", "chat").ttft_s == 0.5
+    monkeypatch.setenv("MINDMOTOR_PD_SLO", json.dumps(["deployment=chat,ttft_ms=500", "model=m,tpot_ms=20"]))
+    pd = load("controller", []).pd
+    assert (pd.slo_for("x", "chat").ttft_s, pd.slo_for("m", "other").tpot_s) == (0.5, 0.02)
+    monkeypatch.setenv("MINDMOTOR_COORDINATORS", "http://a:1,http://b:2")
+    assert load("deployer", ["--controller", "c:1"]).coordinators == ("http://a:1", "http://b:2")
+
+
 def test_a_secrets_file_wins_over_its_value_and_a_secret_never_shows_in_an_error(tmp_path, monkeypatch):
     from mindmotor.controller.config import ControllerConfig
 

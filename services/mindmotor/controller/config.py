@@ -77,7 +77,10 @@ class ControllerConfig(ServiceSettings):
     @field_validator("pd_slo", mode="before")
     @classmethod
     def _pd_slo(cls, value):
-        return split_list(value)
+        """From the environment: one target, or a JSON list of them (a target has commas of its own)."""
+        if isinstance(value, str):
+            return split_list(value) if value.strip().startswith("[") else [value]
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> "ControllerConfig":
