@@ -45,6 +45,8 @@ def test_flags_win_over_the_environment_which_wins_over_the_file(command, needed
     default = getattr(load(command, needed), name)
     assert default not in (1111, 2222, 3333)
     assert getattr(load(command, [*needed, "--config", str(config)]), name) == 1111
+    monkeypatch.setenv(f"MINDMOTOR_{name.upper()}", "")                  # empty: unset
+    assert getattr(load(command, [*needed, "--config", str(config)]), name) == 1111
     monkeypatch.setenv(f"MINDMOTOR_{name.upper()}", "2222")
     assert getattr(load(command, [*needed, "--config", str(config)]), name) == 2222
     assert getattr(load(command, [*needed, "--config", str(config), flag, "3333"]), name) == 3333

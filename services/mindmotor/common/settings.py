@@ -14,7 +14,7 @@ from (highest first) the command line, `MINDMOTOR_*` environment variables, a YA
     config = FLAGS.load(args)        # ValueError (pydantic's ValidationError) for a bad value
 
 - **Names.** A setting `heartbeat_interval_s` is `heartbeat_interval_s:` in the file and
-  `MINDMOTOR_HEARTBEAT_INTERVAL_S` in the environment; a nested one (`engine.max_num_seqs`) is a
+  `MINDMOTOR_HEARTBEAT_INTERVAL_S` in the environment (an empty variable counts as unset); a nested one (`engine.max_num_seqs`) is a
   mapping in the file and `MINDMOTOR_ENGINE__MAX_NUM_SEQS` in the environment. A flag names the
   setting it sets (`--heartbeat-interval` sets `heartbeat_interval_s`); an absent flag (argparse
   default None) leaves the setting to the environment, the file or the default, and `--help` shows
@@ -51,8 +51,9 @@ _FILE_DATA: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextV
 class ServiceSettings(BaseSettings):
     """The base of every service's settings (see the module doc)."""
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid",
-                                      validate_default=True, nested_model_default_partial_update=True)
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter="__", env_ignore_empty=True,
+                                      extra="forbid", validate_default=True,
+                                      nested_model_default_partial_update=True)
 
     secrets: ClassVar[dict[str, str]] = {}          # setting -> what it is ("admin token"), read from <setting>_file
 
