@@ -14,18 +14,18 @@ from (highest first) the command line, `MINDMOTOR_*` environment variables, a YA
     config = FLAGS.load(args)        # ValueError (pydantic's ValidationError) for a bad value
 
 - **Names.** A setting `heartbeat_interval_s` is `heartbeat_interval_s:` in the file and
-  `MINDMOTOR_HEARTBEAT_INTERVAL_S` in the environment (an empty variable counts as unset); a nested one (`engine.max_num_seqs`) is a
-  mapping in the file and `MINDMOTOR_ENGINE__MAX_NUM_SEQS` in the environment. A flag names the
-  setting it sets (`--heartbeat-interval` sets `heartbeat_interval_s`); an absent flag (argparse
-  default None) leaves the setting to the environment, the file or the default, and `--help` shows
-  that default (`SettingsHelpFormatter`).
+  `MINDMOTOR_HEARTBEAT_INTERVAL_S` in the environment (an empty variable counts as unset); a
+  nested one (`engine.max_num_seqs`) is a mapping in the file and `MINDMOTOR_ENGINE__MAX_NUM_SEQS`
+  in the environment. A flag names the setting it sets (`--heartbeat-interval` sets
+  `heartbeat_interval_s`); an absent flag (argparse default None) leaves the setting to the
+  environment, the file or the default, and `--help` shows that default (common/settings_flags.py).
 - **Files.** Unknown keys are refused (a typo fails at start-up, naming the key). A nested section
   changes only the keys it names (`engine: {max_num_seqs: 64}` keeps the other engine defaults).
 - **Secrets** (tokens, a Redis URL with a password) are named in `secrets`; each has a
   `<name>_file` setting. The file wins over the value; either way the secret is registered for
   redaction (common/secrets.py). Put them in the environment or in files, not on command lines.
 - **Errors**: `describe(exc)` gives one line per invalid setting (`port: Input should be less than
-  or equal to 65535 (got 70000)`), never a secret's value.
+  or equal to 65535 (got 70000)`), never a secret's value (nor that of any setting named like one).
 
 Lists given in the environment are comma-separated or JSON (`split_list`). Constructing a settings
 class in code (`ControllerConfig(port=0)`, `model_validate`) reads the environment too;
@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextvars
 import json
+import re
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -114,9 +115,12 @@ def split_list(value: Any) -> Any:
     return value
 
 
+SECRET_WORDS = frozenset({"token", "key", "keys", "url", "password", "secret"})   # in a setting's name: never shown
+
+
 def describe(exc: ValidationError, secrets: tuple[str, ...] = ()) -> str:
-    """One line per invalid setting: `where: what (got value)`; the value is left out for secrets
-    and for anything long or structured."""
+    """One line per invalid setting: `where: what (got value)`; the value is left out for
+    `secrets`, for any setting named like one (SECRET_WORDS) and for anything long or structured."""
     lines = []
     for error in exc.errors(include_url=False):
         where = ".".join(str(part) for part in error["loc"])
@@ -127,7 +131,7 @@ def describe(exc: ValidationError, secrets: tuple[str, ...] = ()) -> str:
         value = error.get("input")
         shown = ""
         if error["type"] != "missing" and isinstance(value, (str, int, float)) and len(str(value)) <= 80 \
-                and not any(name in where for name in secrets):
+                and not any(name in where for name in secrets) and not SECRET_WORDS & set(re.split(r"[._]", where)):
             shown = f" (got {value!r})"
         lines.append(f"{where}: {message}{shown}")
     return "\n".join(lines)
