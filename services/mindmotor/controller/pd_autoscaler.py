@@ -24,8 +24,8 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .config import ControllerConfig
 from .metrics import ControllerMetrics
 from .pd_ratio import Decision, Measurement, RatioState, decide
 from .records import InstanceRecord
@@ -33,6 +33,9 @@ from .registry import Registry
 
 from mindmotor.common.roles import Role
 from mindmotor.common.vocabulary import RatioReason
+
+if TYPE_CHECKING:                  # the settings (pydantic) are not needed by the simulator, which uses this
+    from .config import ControllerConfig
 
 log = logging.getLogger("mindmotor.controller.pd")
 
