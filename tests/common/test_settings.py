@@ -165,7 +165,8 @@ def test_a_deployment_spec_cannot_point_its_replicas_at_a_settings_file():
 def test_building_the_command_line_imports_no_settings_class():
     """`mindmotor`'s parser (every service's flags) is built without pydantic: the settings classes
     are imported when a command runs or `--help` is shown."""
-    probe = ("import sys; from mindmotor.cli import build_parser; build_parser(); "
-             "print(sorted(m for m in ('pydantic', 'pydantic_settings', 'mindmotor.common.settings') if m in sys.modules))")
+    heavy = ("pydantic", "pydantic_settings", "mindmotor.common.settings")
+    probe = (f"import sys; from mindmotor.cli import build_parser; build_parser(); "
+             f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr or done.stdout
