@@ -29,29 +29,29 @@ PACKAGE_ROOT = "mindmotor"        # the node of services/mindmotor/__init__.py: 
 ALLOWED: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in {
     # base: imported by anyone, importing next to nothing
     "protocol": set(),                          # generated gRPC messages and stubs
-    "runtime": set(),                           # process supervision: names what it starts by command line
-    "common": {"protocol", "runtime"},
+    "vocabulary": set(),                        # the states, phases, reasons and kinds: one StrEnum each (anyone's)
+    "runtime": {"vocabulary"},                  # process supervision: names what it starts by command line
+    "common": {"protocol", "runtime", "vocabulary"},
     # what a request and a model are
-    "rules": {"common"},                        # request validation, shared by coordinator, worker, engine, helpers
-    "device": {"common"},
-    "model": {"common"},
-    "structured": {"common", "rules"},
+    "rules": {"common", "vocabulary"},          # request validation, shared by coordinator, worker, engine, helpers
+    "device": {"common", "vocabulary"},
+    "model": {"common", "vocabulary"},
+    "structured": {"common", "rules", "vocabulary"},
     # what runs a request
-    "engine": {"common", "device", "model", "rules", "structured"},
-    "sandbox": {"common", "rules", "runtime", "structured"},
+    "engine": {"common", "device", "model", "rules", "structured", "vocabulary"},
+    "sandbox": {"common", "rules", "runtime", "structured", "vocabulary"},
     # services
-    "controller": {"common", "protocol"},
-    "trainer": {"common", "engine", "model", "protocol"},
-    "worker": {"common", "controller", "engine", "protocol", "rules", "sandbox", "structured"},
-    "coordinator": {"common", "controller", "protocol", "rules", "runtime", "sandbox"},
-    "simulator": {"common", "controller", "device", "engine", "rules"},
-    "deployer": {"common", "controller", "model", "protocol", "runtime", "worker"},
+    "controller": {"common", "protocol", "vocabulary"},
+    "trainer": {"common", "engine", "model", "protocol", "vocabulary"},
+    "worker": {"common", "controller", "engine", "protocol", "rules", "sandbox", "structured", "vocabulary"},
+    "coordinator": {"common", "controller", "protocol", "rules", "runtime", "sandbox", "vocabulary"},
+    "simulator": {"common", "controller", "device", "engine", "rules", "vocabulary"},
+    "deployer": {"common", "controller", "model", "protocol", "runtime", "vocabulary", "worker"},
     # entry points
-    "launcher": {"common", "coordinator", "deployer", "model", "runtime", "worker"},
-    "npu_smi_cli": {"common", "device", "worker"},
-    PACKAGE_ROOT: {"engine", "rules"},
-    "cli": {"common", "controller", "coordinator", "deployer", "device", "launcher", "npu_smi_cli", "simulator",
-            "trainer", "worker"},
+    "launcher": {"common", "coordinator", "deployer", "model", "runtime", "vocabulary", "worker"},
+    "npu_smi_cli": {"common", "device", "vocabulary", "worker"},
+    PACKAGE_ROOT: {"engine", "rules", "vocabulary"},
+    "cli": {"common", "controller", "coordinator", "deployer", "device", "launcher", "npu_smi_cli", "simulator", "trainer", "vocabulary", "worker"},
 }.items()}
 
 

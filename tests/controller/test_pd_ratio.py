@@ -4,8 +4,10 @@ a role never loses its last instance."""
 
 from __future__ import annotations
 
-from mindmotor.controller.pd_ratio import (MORE_DECODE, MORE_PREFILL, Measurement, RatioPolicyConfig,
-                                           RatioState, SLO, decide)
+from mindmotor.vocabulary import RatioWish
+from mindmotor.controller.pd_ratio import Measurement, RatioPolicyConfig, RatioState, SLO, decide
+
+MORE_PREFILL, MORE_DECODE = RatioWish.MORE_PREFILL, RatioWish.MORE_DECODE
 
 SLO_ = SLO(ttft_s=0.5, tpot_s=0.05)
 CFG = RatioPolicyConfig(headroom=0.7, sustain_s=30, dwell_s=120)

@@ -8,7 +8,7 @@ import asyncio
 
 from mindmotor.common.leader import LeaderElector
 from mindmotor.common.store import MemoryStore
-from mindmotor.controller import states
+from mindmotor.vocabulary import InstanceState
 from mindmotor.controller.config import ControllerConfig
 from mindmotor.controller.registry import Registry
 from mindmotor.controller.sweeper import HealthSweeper
@@ -25,17 +25,17 @@ def test_a_stalled_controller_does_not_declare_workers_dead_for_its_own_stall():
         sweeper = HealthSweeper(registry, elector, config)
         await registry.register(controller_pb2.RegisterRequest(instance_id="w", address="h:1", model="m"))
         await registry.heartbeat(controller_pb2.HeartbeatRequest(instance_id="w", state="serving"), None)
-        assert (await registry.get("w")).state == states.READY
+        assert (await registry.get("w")).state == InstanceState.READY
 
         wake_at = now[0] + config.sweep_interval_s
         now[0] += config.dead_after_s + 3            # the controller was frozen this long
         sweeper.note_stall(wake_at)
         await sweeper.sweep()
-        assert (await registry.get("w")).state == states.READY     # its heartbeats were not read
+        assert (await registry.get("w")).state == InstanceState.READY     # its heartbeats were not read
 
         now[0] += config.dead_after_s + 0.5          # the worker stays silent after the resume
         sweeper.note_stall(now[0] - 0.01)            # the sweeper woke on time: no stall
         await sweeper.sweep()
-        assert (await registry.get("w")).state == states.DEAD
+        assert (await registry.get("w")).state == InstanceState.DEAD
 
     asyncio.run(scenario())

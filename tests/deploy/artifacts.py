@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
+import importlib
 import io
 import json
 import os
@@ -98,16 +100,25 @@ class ServiceArgs:
     def command(self) -> str:
         return self.args.command
 
+    @functools.cached_property
+    def settings(self):
+        """The service's settings as the container loads them: its flags, then its environment
+        (then its --config file: the coordinator's)."""
+        if self.command == "coordinator":
+            return coordinator_settings(self)
+        module = importlib.import_module(f"mindmotor.{self.command}.cli")
+        with environment(self.env):
+            return module.config_from_args(self.args)
+
     def listening_ports(self) -> dict[str, int]:
-        """What the service listens on, from its flags: {"grpc"|"admin"|"http"|"metrics": port}."""
-        a = self.args
-        if a.command == "worker":
-            return {"grpc": a.port, "metrics": a.metrics_port}
-        if a.command == "controller":
-            return {"grpc": a.port, "admin": a.admin_port}
-        if a.command == "coordinator":
+        """What the service listens on, from its settings: {"grpc"|"admin"|"http"|"metrics": port}."""
+        if self.command == "worker":
+            return {"grpc": self.settings.port, "metrics": self.settings.metrics_port}
+        if self.command == "controller":
+            return {"grpc": self.settings.port, "admin": self.settings.admin_port}
+        if self.command == "coordinator":
             return {"http": coordinator_port(self)}
-        raise AssertionError(f"{self.where}: unexpected subcommand {a.command}")
+        raise AssertionError(f"{self.where}: unexpected subcommand {self.command}")
 
     def metrics_port(self) -> int:
         ports = self.listening_ports()

@@ -69,7 +69,7 @@ def test_coordinator_settings_load(service):
 
 def test_worker_identities_are_unique():
     for services in (COMPOSE,):
-        workers = [s.args for s in services if s.command == "worker"]
+        workers = [s.settings for s in services if s.command == "worker"]
         assert len({w.worker_id for w in workers}) == len(workers)
         assert len({w.advertise_address for w in workers}) == len(workers)
         assert len({w.node for w in workers}) == 2, "the two compose workers sit on two emulated nodes"
@@ -81,7 +81,7 @@ def test_kubernetes_variables_are_defined():
     for w, c, service in A.k8s_services():
         assert not any("$(" in a for a in service.argv), service.where
         if service.command == "worker":
-            host, port = A.split_address(service.args.advertise_address)
+            host, port = A.split_address(service.settings.advertise_address)
             assert host == A.DOWNWARD_SAMPLES["status.podIP"], "workers advertise their pod IP"
-            assert service.args.worker_id == A.DOWNWARD_SAMPLES["metadata.name"]
-            assert service.args.node == A.DOWNWARD_SAMPLES["spec.nodeName"]
+            assert service.settings.worker_id == A.DOWNWARD_SAMPLES["metadata.name"]
+            assert service.settings.node == A.DOWNWARD_SAMPLES["spec.nodeName"]

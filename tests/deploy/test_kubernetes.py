@@ -104,7 +104,7 @@ def test_resources_security_and_shutdown(workload, container, service):
     assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 10001
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     if service.command == "worker":
-        assert pod["terminationGracePeriodSeconds"] > service.args.drain_timeout, "SIGKILL before the drain ends"
+        assert pod["terminationGracePeriodSeconds"] > service.settings.drain_timeout_s, "SIGKILL before the drain ends"
 
 
 def find_service(name: str) -> dict:
@@ -128,7 +128,7 @@ def service_reaches(address: str, kind: str, listening_port: str) -> None:
 def test_in_cluster_addresses_name_services_that_serve_them():
     for _, _, s in MINDMOTOR:
         if s.command == "worker":
-            for address in s.args.controller.split(","):
+            for address in s.settings.controller.split(","):
                 service_reaches(address, "controller", "grpc")
         elif s.command == "coordinator":
             for address in A.coordinator_settings(s).controllers:

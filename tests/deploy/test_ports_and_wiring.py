@@ -43,10 +43,10 @@ def test_containers_dial_service_names_and_listening_ports():
     (controller,) = BY_KIND["controller"]
     grpc = controller.listening_ports()["grpc"]
     for s in BY_KIND["worker"]:
-        assert s.args.controller == f"{controller.name}:{grpc}", s.where
-        host, port = A.split_address(s.args.advertise_address)
-        assert (host, port) == (s.name, s.args.port), \
-            f"{s.where}: advertises {s.args.advertise_address}; other containers reach it as {s.name}:{s.args.port}"
+        assert s.settings.controller == f"{controller.name}:{grpc}", s.where
+        host, port = A.split_address(s.settings.advertise_address)
+        assert (host, port) == (s.name, s.settings.port), (f"{s.where}: advertises {s.settings.advertise_address}; "
+                                                          f"other containers reach it as {s.name}:{s.settings.port}")
     for s in BY_KIND["coordinator"]:
         assert A.coordinator_settings(s).controllers == [f"{controller.name}:{grpc}"], s.where
     redis_url = urlparse(controller.env["MINDMOTOR_REDIS_URL"])
@@ -82,7 +82,7 @@ def test_health_checks_and_dependencies():
             assert parsed.port == SERVICES[name].listening_ports()["http"] and parsed.path == "/ready", name
     for s in BY_KIND["worker"]:
         grace = COMPOSE["services"][s.name]["stop_grace_period"]
-        assert float(grace.rstrip("s")) > s.args.drain_timeout, f"{s.name}: docker kills before the drain ends"
+        assert float(grace.rstrip("s")) > s.settings.drain_timeout_s, f"{s.name}: docker kills before the drain ends"
 
 
 def test_prometheus_and_grafana_mounts():

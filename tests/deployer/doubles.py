@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from mindmotor.deployer.backends.base import STARTING, Backend, Replica
+from mindmotor.vocabulary import ReplicaPhase
+from mindmotor.deployer.backends.base import Backend, Replica
 
 
 class MemoryBackend(Backend):
@@ -22,13 +23,14 @@ class MemoryBackend(Backend):
     async def scale(self, target, replicas):
         self.calls.append(("scale", *target.key, replicas))
         for slot in range(replicas):
-            self.replicas.setdefault((*target.key, slot), Replica(*target.key, slot, STARTING))
+            self.replicas.setdefault((*target.key, slot), Replica(*target.key, slot, ReplicaPhase.STARTING))
         for key in [k for k in self.replicas if k[:2] == target.key and k[2] >= replicas]:
             del self.replicas[key]
 
     async def restart(self, replica, target):
         self.calls.append(("restart", replica.deployment, replica.version, replica.slot))
-        self.replicas[(replica.deployment, replica.version, replica.slot)] = replace(replica, phase=STARTING)
+        key = (replica.deployment, replica.version, replica.slot)
+        self.replicas[key] = replace(replica, phase=ReplicaPhase.STARTING)
 
     async def remove(self, deployment, version):
         self.calls.append(("remove", deployment, version))

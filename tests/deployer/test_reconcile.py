@@ -10,7 +10,9 @@ from dataclasses import dataclass
 import pytest
 
 from mindmotor.common.store import MemoryStore
-from mindmotor.deployer.backends.base import CRASHED, RUNNING, STARTING, Replica
+from mindmotor.vocabulary import ReplicaPhase
+from mindmotor.deployer.backends.base import Replica
+from mindmotor.runtime.backoff import RestartBackoff
 from mindmotor.deployer.metrics import DeployerMetrics
 from mindmotor.deployer.operations import Deployments
 from mindmotor.deployer.reconcile import REPUSH_S, Reconciler
@@ -78,14 +80,14 @@ async def test_a_crashed_replica_waits_for_its_backoff(loop):
     await loop.step()
     key = ("demo", "v1", 0)
     for failures, delay in ((1, 0.5), (3, 2.0), (9, 4.0)):                   # 0.5 s doubling, at most 4 s
-        loop.backend.replicas[key] = Replica("demo", "v1", 0, CRASHED, exited_at=loop.clock.now, exit_code=1,
-                                             failures=failures, log="/logs/demo-v1-0.log")
+        loop.backend.replicas[key] = Replica("demo", "v1", 0, ReplicaPhase.CRASHED, exited_at=loop.clock.now,
+                                             exit_code=1, failures=failures, log="/logs/demo-v1-0.log")
         loop.clock.now += delay - 0.01
         await loop.step()
-        assert loop.backend.replicas[key].phase == CRASHED
+        assert loop.backend.replicas[key].phase == ReplicaPhase.CRASHED
         loop.clock.now += 0.02
         await loop.step()
-        assert loop.backend.replicas[key].phase == STARTING
+        assert loop.backend.replicas[key].phase == ReplicaPhase.STARTING
     assert loop.reconciler.status["demo"][0].restarts == 3 and count(loop, "restart") == 3
     assert loop.reconciler.status["demo"][0].last_failure == "slot 0 exited with code 1, log /logs/demo-v1-0.log"
 
@@ -131,7 +133,7 @@ async def test_a_rollout_turns_canary_when_ready_or_fails_at_its_deadline(loop):
 
     await loop.ops.rollout("demo", "v3", "", canary=20, ready_timeout_s=5, allow_tokenizer_change=True)
     await loop.step()
-    loop.backend.replicas[("demo", "v3", 0)] = Replica("demo", "v3", 0, CRASHED, exited_at=loop.clock.now,
+    loop.backend.replicas[("demo", "v3", 0)] = Replica("demo", "v3", 0, ReplicaPhase.CRASHED, exited_at=loop.clock.now,
                                                        exit_code=1, failures=1)
     loop.clock.now += 5.5
     await loop.step()
@@ -148,7 +150,7 @@ async def test_a_rollout_turns_canary_when_ready_or_fails_at_its_deadline(loop):
 async def test_deletion_and_orphans(loop):
     await loop.ops.apply(loop.spec({"name": "v1", "replicas": 2}))
     await loop.step()
-    loop.backend.replicas[("ghost", "v9", 0)] = Replica("ghost", "v9", 0, RUNNING)     # no record names it
+    loop.backend.replicas[("ghost", "v9", 0)] = Replica("ghost", "v9", 0, ReplicaPhase.RUNNING)     # no record names it
     await loop.ops.delete("demo")
     await loop.step()
     assert {("remove", "demo", "v1"), ("remove", "ghost", "v9")} <= set(loop.backend.calls)

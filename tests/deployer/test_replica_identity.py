@@ -18,10 +18,13 @@ import pytest
 
 from mindmotor.common import certs, rpc
 from mindmotor.common.waiting import wait_until
-from mindmotor.deployer.backends.base import RUNNING, STOPPING, Replica
+from mindmotor.vocabulary import ReplicaPhase
+from mindmotor.deployer.backends.base import Replica
 from mindmotor.deployer.backends.local import STATE_FILE, LocalBackend
 from mindmotor.deployer.backends.replica_identity import ReplicaIdentities
 from mindmotor.runtime.detached_process import proc_start_time
+
+RUNNING, STOPPING = ReplicaPhase.RUNNING, ReplicaPhase.STOPPING
 
 
 def test_under_mutual_tls_the_deployer_needs_the_worker_ca(tmp_path):

@@ -12,7 +12,8 @@ from dataclasses import replace
 import pytest
 
 from mindmotor.common.store import open_store
-from mindmotor.deployer.backends.base import RUNNING
+from mindmotor.vocabulary import ReplicaPhase
+from mindmotor.runtime.backoff import RestartBackoff
 from mindmotor.deployer.metrics import DeployerMetrics
 from mindmotor.deployer.operations import Deployments
 from mindmotor.deployer.reconcile import Reconciler
@@ -42,7 +43,7 @@ async def test_an_emptied_store_keeps_the_replicas_until_the_spec_is_back(tiny_c
         await ops.apply(spec)
         await reconciler.reconcile_once()
         for key, replica in list(backend.replicas.items()):
-            backend.replicas[key] = replace(replica, phase=RUNNING)
+            backend.replicas[key] = replace(replica, phase=ReplicaPhase.RUNNING)
         assert sample(reconciler, "mindmotor_deployer_store_resets_total") == 0
 
         assert await store.clear() > 0                     # Redis back without its data
@@ -84,7 +85,7 @@ async def test_an_intact_store_removes_orphans_at_once(tiny_ckpt):
         await reconciler.reconcile_once()
         from mindmotor.deployer.backends.base import Replica
 
-        backend.replicas[("ghost", "v9", 0)] = Replica("ghost", "v9", 0, RUNNING)
+        backend.replicas[("ghost", "v9", 0)] = Replica("ghost", "v9", 0, ReplicaPhase.RUNNING)
         await reconciler.reconcile_once()
         assert backend.calls == [("remove", "ghost", "v9")]
         assert sample(reconciler, "mindmotor_deployer_store_resets_total") == 0

@@ -45,6 +45,10 @@ def test_every_host_option_defaults_to_loopback():
     assert {"mindmotor controller", "mindmotor worker", "mindmotor deployer", "mindmotor trainer",
             "mindmotor coordinator"} <= commands, commands
     for path, action in options:
+        setting = getattr(action, "setting", None)     # a flag of a service's settings (common/settings_flags.py)
+        if setting is not None:
+            assert setting.default() == LOOPBACK, (path, action.option_strings, setting.default())
+            continue
         if action.default is None:        # resolved later: the coordinator's settings, `up`'s config file;
             # `certs issue --host` names a certificate's hosts, it binds nothing
             assert path in ("mindmotor coordinator", "mindmotor up", "mindmotor certs issue"), \

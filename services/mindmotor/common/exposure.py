@@ -36,14 +36,16 @@ def require_admin_token(what: str, host: str, token: str | None, allow_open: boo
         f"{ALLOW_OPEN_FLAG} to run it open on purpose")
 
 
-def add_admin_arguments(parser, what: str) -> None:
+def add_admin_arguments(parser, what: str, flags=None) -> None:
     """The admin-token flags of a service whose `what` ("the admin API", "every Deployer call", ...)
     an admin token guards: the file (recommended), the value (discouraged), and the explicit
-    opt-out for running open beyond loopback."""
-    parser.add_argument("--admin-token-file", default=None, metavar="FILE",
-                        help=f"file holding the bearer token {what} must carry (default: "
-                             "$MINDMOTOR_ADMIN_TOKEN; none: open, allowed on loopback only)")
-    parser.add_argument("--admin-token", default=None, help="the token itself (discouraged: visible in the "
-                                                            "process list; use $MINDMOTOR_ADMIN_TOKEN or the file)")
-    parser.add_argument(ALLOW_OPEN_FLAG, action="store_true",
-                        help="serve beyond loopback without a token (default: refuse to start)")
+    opt-out for running open beyond loopback. With `flags` (common/settings.Flags) they set the
+    service's `admin_token_file`, `admin_token` and `allow_open_admin` settings."""
+    add = flags.add if flags is not None else (lambda group, *names, **kwargs: group.add_argument(*names, **kwargs))
+    add(parser, "--admin-token-file", default=None, metavar="FILE",
+        help=f"file holding the bearer token {what} must carry (default: "
+             "$MINDMOTOR_ADMIN_TOKEN; none: open, allowed on loopback only)")
+    add(parser, "--admin-token", default=None, help="the token itself (discouraged: visible in the "
+                                                    "process list; use $MINDMOTOR_ADMIN_TOKEN or the file)")
+    add(parser, ALLOW_OPEN_FLAG, action="store_true", default=None if flags is not None else False,
+        help="serve beyond loopback without a token (default: refuse to start)")

@@ -35,6 +35,7 @@ from typing import Any, Awaitable, Callable, Sequence
 import grpc
 
 from mindmotor.common.roles import Role
+from mindmotor.vocabulary import WorkerState
 from mindmotor.protocol import controller_pb2, controller_pb2_grpc
 
 from mindmotor.common import rpc
@@ -52,7 +53,7 @@ class InstanceLoad:
     waiting: int = 0
     kv_usage: float = 0.0
     outstanding_tokens: int = 0
-    state: str = "serving"                                # "serving" | "draining"
+    state: str = WorkerState.SERVING                      # SERVING | DRAINING
     role: str = ""                                        # "" = unchanged
     cached_block_hashes: Sequence[bytes] | None = None    # newest first; None: not reported
     ttft_p90_s: float = 0.0                               # recent latency (see HeartbeatRequest)

@@ -15,9 +15,9 @@ dead, which a coordinator must stop routing to at once).
 
 from __future__ import annotations
 
+from mindmotor.vocabulary import InstanceState
 from mindmotor.protocol import controller_pb2
 
-from . import states
 
 
 class LastGoodTable:
@@ -30,7 +30,7 @@ class LastGoodTable:
         those that have re-registered, and all of them once `hold_s` has passed."""
         present = {i.instance_id: i for i in table.instances}
         for instance_id, info in present.items():
-            if info.state != states.STARTING:
+            if info.state != InstanceState.STARTING:
                 self.kept.pop(instance_id, None)          # re-registered and heartbeating
         if now >= self.until:
             self.kept.clear()

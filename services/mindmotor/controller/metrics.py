@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
+from mindmotor.vocabulary import INSTANCE_STATES_LISTED, InstanceState
 from mindmotor.protocol import controller_pb2
 
-from . import states
 from .records import InstanceRecord
 
 
@@ -57,20 +57,20 @@ class ControllerMetrics:
                                     "loss, not yet re-registered", registry=r)
         self.controller_id = controller_id
         self.set_leader(False)
-        for state in states.ALL_STATES:
+        for state in InstanceState:
             self.instances.labels(state).set(0)
 
     def set_leader(self, leader: bool) -> None:
         self.is_leader.labels(self.controller_id).set(1 if leader else 0)
 
     def on_rebuild(self, table: controller_pb2.RoutingTable, records: list[InstanceRecord]) -> None:
-        counts = dict.fromkeys(states.ALL_STATES, 0)
+        counts = dict.fromkeys(InstanceState, 0)
         for record in records:
             counts[record.state] = counts.get(record.state, 0) + 1
         for state, count in counts.items():
             self.instances.labels(state).set(count)
         self.routing_version.set(table.version)
-        from_store = {r.instance_id for r in records if r.state in states.LISTED}
+        from_store = {r.instance_id for r in records if r.state in INSTANCE_STATES_LISTED}
         self.kept_instances.set(sum(1 for i in table.instances if i.instance_id not in from_store))
 
     def render(self) -> bytes:

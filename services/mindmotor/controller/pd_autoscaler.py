@@ -24,14 +24,18 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .config import ControllerConfig
 from .metrics import ControllerMetrics
 from .pd_ratio import Decision, Measurement, RatioState, decide
 from .records import InstanceRecord
 from .registry import Registry
 
 from mindmotor.common.roles import Role
+from mindmotor.vocabulary import RatioReason
+
+if TYPE_CHECKING:                  # the settings (pydantic) are not needed by the simulator, which uses this
+    from .config import ControllerConfig
 
 log = logging.getLogger("mindmotor.controller.pd")
 
@@ -103,7 +107,7 @@ class PDAutoscaler:
         state = self.states[group]
         if ttft.samples == 0 or tpot.samples == 0:
             state.wish = None                        # no traffic on a side: no evidence for a switch
-            self.metrics.pd_decisions.labels("none", "no_measurements").inc()
+            self.metrics.pd_decisions.labels("none", RatioReason.NO_MEASUREMENTS).inc()
             log.debug("pd ratio: no measurements", extra={"model": model, "deployment": deployment,
                                                           "ttft_samples": ttft.samples, "tpot_samples": tpot.samples})
             return None

@@ -22,9 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mindmotor.common.roles import Role
-
-MORE_PREFILL = "more_prefill"
-MORE_DECODE = "more_decode"
+from mindmotor.vocabulary import RatioReason, RatioWish
 
 
 @dataclass(frozen=True)
@@ -48,26 +46,26 @@ class RatioPolicyConfig:
 
 @dataclass
 class RatioState:
-    wish: str | None = None
+    wish: RatioWish | None = None
     wish_since: float = 0.0
     last_switch: float = float("-inf")
 
 
 @dataclass(frozen=True)
 class Decision:
-    wish: str | None                          # MORE_PREFILL | MORE_DECODE | None
+    wish: RatioWish | None
     switch: tuple[str, str] | None            # (instance id, new role) to command now, or None
     reason: str
     pressures: dict = field(default_factory=dict)
     code: str = ""                            # the reason as a metric label (see the module doc)
 
 
-def wish_for(m: Measurement, slo: SLO, headroom: float) -> tuple[str | None, float, float]:
+def wish_for(m: Measurement, slo: SLO, headroom: float) -> tuple[RatioWish | None, float, float]:
     ttft, tpot = m.ttft_p90_s / slo.ttft_s, m.tpot_p90_s / slo.tpot_s
     if ttft > 1.0 and tpot < headroom:
-        return MORE_PREFILL, ttft, tpot
+        return RatioWish.MORE_PREFILL, ttft, tpot
     if tpot > 1.0 and ttft < headroom:
-        return MORE_DECODE, ttft, tpot
+        return RatioWish.MORE_DECODE, ttft, tpot
     return None, ttft, tpot
 
 
@@ -80,22 +78,23 @@ def decide(roles: dict[str, str], loads: dict[str, float], m: Measurement, slo: 
         state.wish, state.wish_since = wish, now
     if wish is None:
         return Decision(None, None, f"balanced (TTFT at {ttft:.2f}, TPOT at {tpot:.2f} of target)", pressures,
-                        "balanced")
-    donor_role, new_role = (Role.DECODE, Role.PREFILL) if wish == MORE_PREFILL else (Role.PREFILL, Role.DECODE)
+                        RatioReason.BALANCED)
+    more_prefill = wish == RatioWish.MORE_PREFILL
+    donor_role, new_role = (Role.DECODE, Role.PREFILL) if more_prefill else (Role.PREFILL, Role.DECODE)
     donors = sorted((i for i, r in roles.items() if r == donor_role), key=lambda i: (loads.get(i, 0.0), i))
     if len(donors) < 2:
         return Decision(wish, None, f"{wish}: only {len(donors)} {donor_role} instance(s); keeping them", pressures,
-                        "last_instance")
+                        RatioReason.LAST_INSTANCE)
     held = now - state.wish_since
     if held < config.sustain_s:
         return Decision(wish, None, f"{wish}: wished for {held:.3g} s of {config.sustain_s:.3g} s", pressures,
-                        "sustaining")
+                        RatioReason.SUSTAINING)
     if now - state.last_switch < config.dwell_s:
         return Decision(wish, None, f"{wish}: last switch {now - state.last_switch:.3g} s ago "
-                                    f"(dwell {config.dwell_s:.3g} s)", pressures, "dwell")
+                                    f"(dwell {config.dwell_s:.3g} s)", pressures, RatioReason.DWELL)
     state.last_switch, state.wish, state.wish_since = now, None, now
     reason = (f"{wish}: TTFT p90 {m.ttft_p90_s:.3f} s vs target {slo.ttft_s:.3f} s, TPOT p90 "
               f"{m.tpot_p90_s:.4f} s vs target {slo.tpot_s:.4f} s for {held:.3g} s; "
               f"{donors[0]} {donor_role} -> {new_role}")
     return Decision(wish, (donors[0], new_role), reason, pressures,
-                    "ttft_miss" if wish == MORE_PREFILL else "tpot_miss")
+                    RatioReason.TTFT_MISS if more_prefill else RatioReason.TPOT_MISS)

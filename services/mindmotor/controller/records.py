@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mindmotor.common.roles import Role
+from mindmotor.vocabulary import INSTANCE_STATES_ROUTABLE, InstanceState, WorkerState
 from mindmotor.protocol import controller_pb2
 
-from . import states
 
 # Fields whose change is a routing change (bumps the table version); load is not.
 ROUTING_FIELDS = ("address", "metrics_address", "model", "role", "device", "max_model_len", "block_size",
@@ -31,13 +31,13 @@ class InstanceRecord:
     version: str = ""
     weight: float = 1.0
     # health
-    state: str = states.STARTING
+    state: str = InstanceState.STARTING
     state_since: float = 0.0           # unix seconds
     reason: str = ""                   # why the last state change happened
     registered_at: float = 0.0
     last_heartbeat: float = 0.0        # 0: never
     heartbeats: int = 0
-    reported_state: str = "serving"
+    reported_state: str = WorkerState.SERVING
     suspect_until: float = 0.0         # a failure report holds "suspect" until then
     failures: int = 0
     drain_commanded: bool = False
@@ -71,7 +71,7 @@ class InstanceRecord:
 
     @property
     def routable(self) -> bool:
-        return self.state in states.ROUTABLE
+        return self.state in INSTANCE_STATES_ROUTABLE
 
     def to_info(self) -> controller_pb2.InstanceInfo:
         return controller_pb2.InstanceInfo(
@@ -99,7 +99,7 @@ def record_from_register(request: controller_pb2.RegisterRequest, now: float) ->
         device=request.device,
         max_model_len=request.max_model_len, block_size=request.block_size, deployment=request.deployment,
         version=request.version, weight=request.weight if request.weight > 0 else 1.0,
-        state=states.STARTING, state_since=now, reason="registered", registered_at=now)
+        state=InstanceState.STARTING, state_since=now, reason="registered", registered_at=now)
 
 
 def validate_register(request: controller_pb2.RegisterRequest) -> str | None:

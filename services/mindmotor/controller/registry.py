@@ -22,6 +22,7 @@ from typing import Callable
 from mindmotor.common.roles import Role
 from mindmotor.common.store import Store
 from mindmotor.common.store_epoch import store_epoch
+from mindmotor.vocabulary import InstanceState, WorkerState
 from mindmotor.protocol import controller_pb2
 
 from . import states
@@ -105,11 +106,12 @@ class Registry:
             fresh = record_from_register(request, now)
             fresh.owner = owner
             old = None if raw is None else InstanceRecord.from_dict(raw)
-            if old is not None and old.state != states.DEAD and (old.owner != owner or old.address != fresh.address):
+            if old is not None and old.state != InstanceState.DEAD and \
+                    (old.owner != owner or old.address != fresh.address):
                 raise RegistrationRefused(
                     f"instance {request.instance_id} is live and registered by another identity or address; "
                     "a new registration of it is taken once it is deregistered or dead")
-            if old is not None and old.state != states.DEAD and old.address == fresh.address:
+            if old is not None and old.state != InstanceState.DEAD and old.address == fresh.address:
                 keep = old.to_dict()
                 for name in ("metrics_address", "model", "role", "device", "max_model_len", "block_size",
                              "deployment", "version", "weight"):
@@ -134,9 +136,9 @@ class Registry:
 
         def apply(record: InstanceRecord):
             taken.clear()
-            if record.state == states.DEAD:
+            if record.state == InstanceState.DEAD:
                 return None
-            states.on_heartbeat(record, now, request.state or "serving")
+            states.on_heartbeat(record, now, request.state or WorkerState.SERVING)
             record.heartbeats += 1
             record.running, record.waiting = request.running, request.waiting
             record.kv_usage, record.outstanding_tokens = request.kv_usage, request.outstanding_tokens
@@ -152,7 +154,7 @@ class Registry:
             return None
 
         result = await self.update(request.instance_id, apply)
-        if result is None or result[1] is None or result[1].state == states.DEAD:
+        if result is None or result[1] is None or result[1].state == InstanceState.DEAD:
             return HeartbeatOutcome(known=False)
         return HeartbeatOutcome(known=True, record=result[1], commands=list(taken))
 
@@ -165,7 +167,7 @@ class Registry:
         now = self.clock()
 
         def apply(record: InstanceRecord):
-            if record.state != states.DEAD:
+            if record.state != InstanceState.DEAD:
                 states.on_drain_command(record, now, reason)
                 record.commands.append({"drain": {"reason": reason}})
 

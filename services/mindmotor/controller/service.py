@@ -11,9 +11,9 @@ import grpc
 from mindmotor.common import rpc
 from mindmotor.common.roles import Role
 from mindmotor.common.store import StoreUnavailable
+from mindmotor.vocabulary import HEARTBEAT_STATES
 from mindmotor.protocol import controller_pb2, controller_pb2_grpc
 
-from . import states
 from .config import ControllerConfig
 from mindmotor.common.leader import LeaderElector
 from .metrics import ControllerMetrics
@@ -122,9 +122,9 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
                     await self._check_self(beat.instance_id, context, "heartbeat for")
                     await self._check_owner(beat.instance_id, context, "heartbeat for")
                     owned.add(beat.instance_id)
-                if beat.state and beat.state not in states.WORKER_STATES:
+                if beat.state and beat.state not in HEARTBEAT_STATES:
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                        f"state must be one of {', '.join(states.WORKER_STATES)}")
+                                        f"state must be one of {', '.join(HEARTBEAT_STATES)}")
                 try:
                     Role.from_proto(beat.role)
                 except ValueError as exc:

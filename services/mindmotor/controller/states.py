@@ -24,31 +24,21 @@
 - Only `ready` is routable; `starting`, `suspect` and `draining` are listed in the routing table
   but not routed to; `dead` is not listed.
 
-The functions here are pure: they change a record and return whether its state changed.
+The states are `InstanceState`, the reported ones `WorkerState` (vocabulary.py). The
+functions here are pure: they change a record and return whether its state changed.
 """
 
 from __future__ import annotations
 
-
 from typing import TYPE_CHECKING
+
+from mindmotor.vocabulary import InstanceState, WorkerState
 
 if TYPE_CHECKING:
     from .records import InstanceRecord
 
-STARTING = "starting"
-READY = "ready"
-SUSPECT = "suspect"
-DRAINING = "draining"
-DEAD = "dead"
-ALL_STATES = (STARTING, READY, SUSPECT, DRAINING, DEAD)
 
-ROUTABLE = frozenset({READY})
-LISTED = frozenset({STARTING, READY, SUSPECT, DRAINING})   # in the routing table
-
-WORKER_STATES = ("serving", "draining")                    # what a worker reports
-
-
-def transition(record: "InstanceRecord", state: str, now: float, reason: str) -> bool:
+def transition(record: "InstanceRecord", state: InstanceState, now: float, reason: str) -> bool:
     if record.state == state:
         return False
     record.state = state
@@ -61,43 +51,45 @@ def on_heartbeat(record: "InstanceRecord", now: float, reported_state: str) -> b
     """A heartbeat arrived (the caller has checked the record is not dead)."""
     record.last_heartbeat = now
     record.reported_state = reported_state
-    if reported_state == "draining":
-        return transition(record, DRAINING, now, "reported by the worker")
-    if record.state == SUSPECT and now < record.suspect_until:
+    if reported_state == WorkerState.DRAINING:
+        return transition(record, InstanceState.DRAINING, now, "reported by the worker")
+    if record.state == InstanceState.SUSPECT and now < record.suspect_until:
         return False                                   # held by a failure report
-    if record.state == DRAINING and record.drain_commanded:
+    if record.state == InstanceState.DRAINING and record.drain_commanded:
         return False                                   # the worker has not seen the command yet
-    return transition(record, READY, now, "heartbeat")
+    return transition(record, InstanceState.READY, now, "heartbeat")
 
 
 def on_sweep(record: "InstanceRecord", now: float, baseline: float, suspect_after_s: float,
              dead_after_s: float) -> bool:
     """The leader's periodic check. `baseline`: when this controller became leader."""
-    if record.state == DEAD:
+    if record.state == InstanceState.DEAD:
         return False
     age = now - max(record.last_heartbeat, record.registered_at, baseline)
     if age > dead_after_s:
-        return transition(record, DEAD, now, f"no heartbeat for {age:.1f} s")
-    if age > suspect_after_s and record.state in (READY, DRAINING):
-        return transition(record, SUSPECT, now, f"no heartbeat for {age:.1f} s")
+        return transition(record, InstanceState.DEAD, now, f"no heartbeat for {age:.1f} s")
+    if age > suspect_after_s and record.state in (InstanceState.READY, InstanceState.DRAINING):
+        return transition(record, InstanceState.SUSPECT, now, f"no heartbeat for {age:.1f} s")
     return False
 
 
 def should_forget(record: "InstanceRecord", now: float, forget_after_s: float) -> bool:
-    return record.state == DEAD and now - max(record.last_heartbeat, record.state_since) > forget_after_s
+    return record.state == InstanceState.DEAD and now - max(record.last_heartbeat, record.state_since) > forget_after_s
 
 
 def on_failure_report(record: "InstanceRecord", now: float, reason: str, hold_s: float) -> bool:
     """A coordinator could not reach the instance."""
-    if record.state == DEAD:
+    if record.state == InstanceState.DEAD:
         return False
     record.suspect_until = max(record.suspect_until, now + hold_s)
     record.failures += 1
-    return transition(record, SUSPECT, now, f"failure reported: {reason}" if reason else "failure reported")
+    return transition(record, InstanceState.SUSPECT, now,
+                      f"failure reported: {reason}" if reason else "failure reported")
 
 
 def on_drain_command(record: "InstanceRecord", now: float, reason: str) -> bool:
-    if record.state == DEAD:
+    if record.state == InstanceState.DEAD:
         return False
     record.drain_commanded = True
-    return transition(record, DRAINING, now, f"drain commanded: {reason}" if reason else "drain commanded")
+    return transition(record, InstanceState.DRAINING, now,
+                      f"drain commanded: {reason}" if reason else "drain commanded")

@@ -16,9 +16,9 @@ import time
 from typing import AsyncIterator, Callable
 
 from mindmotor.common.store import StoreUnavailable
+from mindmotor.vocabulary import INSTANCE_STATES_LISTED
 from mindmotor.protocol import controller_pb2
 
-from . import states
 from .records import InstanceRecord
 from .last_good import LastGoodTable
 from .registry import CHANGES_CHANNEL, VERSION_KEY, Registry
@@ -34,7 +34,7 @@ def build_table(records: list[InstanceRecord], version: int, controller_id: str,
                 traffic: list[controller_pb2.TrafficSplit] = ()) -> controller_pb2.RoutingTable:
     return controller_pb2.RoutingTable(
         version=version, controller_id=controller_id, from_leader=from_leader,
-        instances=[r.to_info() for r in records if r.state in states.LISTED], traffic=traffic)
+        instances=[r.to_info() for r in records if r.state in INSTANCE_STATES_LISTED], traffic=traffic)
 
 
 def for_model(table: controller_pb2.RoutingTable, model: str) -> controller_pb2.RoutingTable:

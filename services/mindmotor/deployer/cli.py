@@ -10,7 +10,9 @@
     mindmotor deploy promote NAME | rollback NAME
 
 `deployer` prints `MINDMOTOR_DEPLOYER_READY port=N metrics_port=M` on stdout once it serves (with
-`--port 0` a free port is picked); logs are JSON lines on stderr; SIGTERM drains its local replicas
+`--port 0` a free port is picked); every flag of `deployer` has a `MINDMOTOR_*` environment variable
+and a key in its `--config` YAML file (deployer/config.py), flags winning over the environment, which
+wins over the file; logs are JSON lines on stderr; SIGTERM drains its local replicas
 and exits. `deploy` talks to it (`--deployer`, default $MINDMOTOR_DEPLOYER or 127.0.0.1:50070;
 `--admin-token-file`, default $MINDMOTOR_ADMIN_TOKEN); exit status 0 done, 1 refused or failed (the
 reason on stderr), 2 a spec or arguments that are wrong before anything is sent. Nothing heavy is
@@ -23,10 +25,10 @@ import argparse
 import os
 import sys
 
-from mindmotor.common.exposure import DEFAULT_HOST, add_admin_arguments
+from mindmotor.common.exposure import add_admin_arguments
+from mindmotor.common.settings_flags import Flags, SettingsHelpFormatter
 
 EXIT_REFUSED, EXIT_USAGE = 1, 2
-CONTROLLER_TOKEN_ENV = "MINDMOTOR_CONTROLLER_TOKEN"
 
 
 class CommandFailed(Exception):
@@ -39,132 +41,103 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 # ---- mindmotor deployer -----------------------------------------------------------------------
+FLAGS = Flags("mindmotor.deployer.config:DeployerConfig")
+
+
 def _register_deployer(subparsers) -> None:
     parser = subparsers.add_parser("deployer", help="run the Deployer (deployments, rollouts, traffic)",
-                                   description="Run the Deployer: deployment specs into running workers.")
+                                   description="Run the Deployer: deployment specs into running workers.",
+                                   formatter_class=SettingsHelpFormatter)
+    add = FLAGS.add
+    FLAGS.add_config(parser)
     net = parser.add_argument_group("serving")
-    net.add_argument("--host", default=DEFAULT_HOST,
-                     help="address to listen on (default: %(default)s); beyond loopback it needs an admin token")
-    net.add_argument("--port", type=int, default=50070, help="gRPC port; 0 picks a free one (default: %(default)s)")
-    net.add_argument("--metrics-port", type=int, default=0,
-                     help="Prometheus /metrics port; 0 picks a free one (default: %(default)s)")
-    add_admin_arguments(net, "every Deployer call")
-    net.add_argument("--log-level", default="INFO", help="(default: %(default)s)")
+    add(net, "--host", help="address to listen on (default: %(default)s); beyond loopback it needs an admin token")
+    add(net, "--port", type=int, help="gRPC port; 0 picks a free one (default: %(default)s)")
+    add(net, "--metrics-port", type=int, help="Prometheus /metrics port; 0 picks a free one (default: %(default)s)")
+    add_admin_arguments(net, "every Deployer call", FLAGS)
+    add(net, "--log-level", help="(default: %(default)s)")
 
     from mindmotor.common.rpc_args import add_arguments as add_rpc_arguments
 
     add_rpc_arguments(parser)
     ctl = parser.add_argument_group("cluster")
-    ctl.add_argument("--controller", required=True, metavar="HOST:PORT[,HOST:PORT]",
-                     help="the controller(s) replicas register with and traffic weights go to")
-    ctl.add_argument("--controller-token-file", default=None, metavar="FILE",
-                     help="file holding the controller's admin token, for SetTraffic "
-                          "(default: $MINDMOTOR_CONTROLLER_TOKEN, else the admin token)")
-    ctl.add_argument("--controller-token", default=None, help="the token itself (discouraged)")
-    ctl.add_argument("--backend", choices=("local", "kubernetes"), default="local",
-                     help="where replicas run (default: %(default)s)")
-    ctl.add_argument("--redis-url-file", default=None, metavar="FILE",
-                     help="file holding the URL of a Redis to keep deployments in, so a restarted deployer "
-                          "recovers them (default: $MINDMOTOR_REDIS_URL; none: in memory)")
-    ctl.add_argument("--redis-url", default=None,
-                     help="the URL itself (discouraged when it holds a password: use $MINDMOTOR_REDIS_URL "
-                          "or the file)")
-    ctl.add_argument("--redis-prefix", default=os.environ.get("MINDMOTOR_REDIS_PREFIX") or "mindmotor:",
-                     help="prefix of every Redis key; the deployer's are under <prefix>deployer: (default: %(default)s)")
+    add(ctl, "--controller", metavar="HOST:PORT[,HOST:PORT]", setting="controllers",
+        help="the controller(s) replicas register with and traffic weights go to (required)")
+    add(ctl, "--controller-token-file", metavar="FILE",
+        help="file holding the controller's admin token, for SetTraffic "
+             "(default: $MINDMOTOR_CONTROLLER_TOKEN, else the admin token)")
+    add(ctl, "--controller-token", help="the token itself (discouraged)")
+    add(ctl, "--backend", choices=("local", "kubernetes"), help="where replicas run (default: %(default)s)")
+    add(ctl, "--redis-url-file", metavar="FILE",
+        help="file holding the URL of a Redis to keep deployments in, so a restarted deployer "
+             "recovers them (default: $MINDMOTOR_REDIS_URL; none: in memory)")
+    add(ctl, "--redis-url", help="the URL itself (discouraged when it holds a password: use $MINDMOTOR_REDIS_URL "
+                                 "or the file)")
+    add(ctl, "--redis-prefix",
+        help="prefix of every Redis key; the deployer's are under <prefix>deployer: (default: %(default)s)")
 
     timing = parser.add_argument_group("reconcile")
-    timing.add_argument("--reconcile-interval", type=float, default=1.0,
-                        help="seconds between reconcile passes (also one after every change) (default: %(default)s)")
-    timing.add_argument("--rollout-timeout", type=float, default=120.0,
-                        help="seconds a rollout's replicas have to become ready (default: %(default)s)")
-    timing.add_argument("--drain-timeout", type=float, default=30.0,
-                        help="local replicas: seconds a draining replica gets before SIGKILL (default: %(default)s)")
-    timing.add_argument("--orphan-grace", type=float, default=30.0,
-                        help="after the store lost its data (its epoch changed): seconds replicas no deployment "
-                             "record names are kept, waiting for their specs to be applied again (default: %(default)s)")
-    timing.add_argument("--restart-backoff", type=float, default=0.5,
-                        help="first delay before a crashed replica is restarted; doubles per quick crash "
-                             "(default: %(default)s)")
-    timing.add_argument("--restart-backoff-max", type=float, default=30.0, help="(default: %(default)s)")
-    timing.add_argument("--lease-ttl", type=float, default=2.0,
-                        help="seconds of the owner lease: of several deployers sharing one Redis prefix, the "
-                             "holder acts and the others stand by, taking over within two periods "
-                             "(default: %(default)s)")
-    timing.add_argument("--deployer-id", default=None, help="the lease holder's name (default: host-pid-random)")
+    add(timing, "--reconcile-interval", type=float, setting="reconcile_interval_s",
+        help="seconds between reconcile passes (also one after every change) (default: %(default)s)")
+    add(timing, "--rollout-timeout", type=float, setting="rollout_timeout_s",
+        help="seconds a rollout's replicas have to become ready (default: %(default)s)")
+    add(timing, "--drain-timeout", type=float, setting="drain_timeout_s",
+        help="local replicas: seconds a draining replica gets before SIGKILL (default: %(default)s)")
+    add(timing, "--orphan-grace", type=float, setting="orphan_grace_s",
+        help="after the store lost its data (its epoch changed): seconds replicas no deployment "
+             "record names are kept, waiting for their specs to be applied again (default: %(default)s)")
+    add(timing, "--restart-backoff", type=float, setting="restart_initial_s",
+        help="first delay before a crashed replica is restarted; doubles per quick crash "
+             "(default: %(default)s)")
+    add(timing, "--restart-backoff-max", type=float, setting="restart_max_s", help="(default: %(default)s)")
+    add(timing, "--lease-ttl", type=float, setting="lease_ttl_s",
+        help="seconds of the owner lease: of several deployers sharing one Redis prefix, the "
+             "holder acts and the others stand by, taking over within two periods "
+             "(default: %(default)s)")
+    add(timing, "--deployer-id", help="the lease holder's name (default: host-pid-random)")
 
     canary = parser.add_argument_group("canary analysis (defaults for every rollout; see docs/operations.md)")
-    canary.add_argument("--coordinator", action="append", default=[], metavar="URL[,URL]",
-                        help="a coordinator's HTTP base URL (http://host:port) whose /metrics (per-version requests, "
-                             "errors, TTFT) judge canaries; repeatable. None: no automatic rollback")
-    canary.add_argument("--analysis-error-margin", type=float, default=0.05,
-                        help="a canary fails when its error rate exceeds the previous version's by more than this "
-                             "fraction of requests; < 0: not judged (default: %(default)s)")
-    canary.add_argument("--analysis-ttft-margin", type=float, default=0.5,
-                        help="... or its p90 TTFT exceeds the previous version's by more than this fraction; "
-                             "< 0: not judged (default: %(default)s)")
-    canary.add_argument("--analysis-window", type=float, default=60.0,
-                        help="seconds of figures judged, from the start of the canary phase (default: %(default)s)")
-    canary.add_argument("--analysis-min-requests", type=int, default=20,
-                        help="requests the canary needs in the window before it is judged (default: %(default)s)")
+    add(canary, "--coordinator", action="append", metavar="URL[,URL]", setting="coordinators",
+        help="a coordinator's HTTP base URL (http://host:port) whose /metrics (per-version requests, "
+             "errors, TTFT) judge canaries; repeatable. None: no automatic rollback")
+    add(canary, "--analysis-error-margin", type=float, setting="analysis.max_error_rate_increase",
+        help="a canary fails when its error rate exceeds the previous version's by more than this "
+             "fraction of requests; < 0: not judged (default: %(default)s)")
+    add(canary, "--analysis-ttft-margin", type=float, setting="analysis.max_ttft_p90_increase",
+        help="... or its p90 TTFT exceeds the previous version's by more than this fraction; "
+             "< 0: not judged (default: %(default)s)")
+    add(canary, "--analysis-window", type=float, setting="analysis.window_s",
+        help="seconds of figures judged, from the start of the canary phase (default: %(default)s)")
+    add(canary, "--analysis-min-requests", type=int, setting="analysis.min_requests",
+        help="requests the canary needs in the window before it is judged (default: %(default)s)")
 
     local = parser.add_argument_group("local backend")
-    local.add_argument("--log-dir", default=None, help="replica logs (default: a temporary directory)")
-    local.add_argument("--worker-host", default="127.0.0.1",
-                       help="address local replicas listen on and advertise (default: %(default)s)")
-    local.add_argument("--worker-ca-cert", default=None, metavar="FILE",
-                       help="under mutual TLS: the worker CA that gives each replica its own certificate "
-                            "mindmotor://worker/<instance id> (`mindmotor certs worker-ca`; "
-                            "default: $MINDMOTOR_WORKER_CA_CERT)")
-    local.add_argument("--worker-ca-key", default=None, metavar="FILE",
-                       help="its key, mode 0600 (default: $MINDMOTOR_WORKER_CA_KEY)")
+    add(local, "--log-dir", help="replica logs (default: a temporary directory)")
+    add(local, "--worker-host", help="address local replicas listen on and advertise (default: %(default)s)")
+    add(local, "--worker-ca-cert", metavar="FILE",
+        help="under mutual TLS: the worker CA that gives each replica its own certificate "
+             "mindmotor://worker/<instance id> (`mindmotor certs worker-ca`; "
+             "default: $MINDMOTOR_WORKER_CA_CERT)")
+    add(local, "--worker-ca-key", metavar="FILE", help="its key, mode 0600 (default: $MINDMOTOR_WORKER_CA_KEY)")
 
     k8s = parser.add_argument_group("kubernetes backend")
-    k8s.add_argument("--k8s-namespace", default="default", help="(default: %(default)s)")
-    k8s.add_argument("--k8s-image", default="mindmotor:latest", help="worker image (default: %(default)s)")
-    k8s.add_argument("--k8s-controller", default=None,
-                     help="the controller as pods reach it (default: --controller)")
-    k8s.add_argument("--k8s-checkpoint-claim", default=None,
-                     help="PersistentVolumeClaim with the checkpoints, mounted read-only in every pod")
-    k8s.add_argument("--k8s-checkpoint-mount", default="/checkpoints", help="(default: %(default)s)")
-    k8s.add_argument("--k8s-api-server", default=None,
-                     help="API server URL, e.g. http://127.0.0.1:8001 via `kubectl proxy` (default: in-cluster)")
+    add(k8s, "--k8s-namespace", setting="kubernetes.namespace", help="(default: %(default)s)")
+    add(k8s, "--k8s-image", setting="kubernetes.image", help="worker image (default: %(default)s)")
+    add(k8s, "--k8s-controller", setting="kubernetes.controller",
+        help="the controller as pods reach it (default: --controller)")
+    add(k8s, "--k8s-checkpoint-claim", setting="kubernetes.checkpoint_claim",
+        help="PersistentVolumeClaim with the checkpoints, mounted read-only in every pod")
+    add(k8s, "--k8s-checkpoint-mount", setting="kubernetes.checkpoint_mount", help="(default: %(default)s)")
+    add(k8s, "--k8s-api-server", setting="kubernetes.api_server",
+        help="API server URL, e.g. http://127.0.0.1:8001 via `kubectl proxy` (default: in-cluster)")
     parser.set_defaults(func=run_deployer)
 
 
 def config_from_args(args: argparse.Namespace):
-    """ValueError for inconsistent values."""
-    from pathlib import Path
-
-    from mindmotor.common.exposure import require_admin_token
-    from mindmotor.common.secrets import ADMIN_TOKEN_ENV, REDIS_URL_ENV, secret
-
-    from .analysis import AnalysisSettings
-    from .config import DeployerConfig, KubernetesSettings
-
-    admin_token = secret("admin token", args.admin_token, args.admin_token_file, ADMIN_TOKEN_ENV)
-    controller_token = secret("controller token", args.controller_token, args.controller_token_file,
-                              CONTROLLER_TOKEN_ENV)
-    redis_url = secret("Redis URL", args.redis_url, args.redis_url_file, REDIS_URL_ENV)
-    require_admin_token("the Deployer", args.host, admin_token, args.allow_open_admin)
-    coordinators = tuple(u.strip() for item in args.coordinator for u in item.split(",") if u.strip())
-    return DeployerConfig(
-        coordinators=coordinators,
-        analysis=AnalysisSettings(max_error_rate_increase=args.analysis_error_margin,
-                                  max_ttft_p90_increase=args.analysis_ttft_margin, window_s=args.analysis_window,
-                                  min_requests=args.analysis_min_requests),
-        controllers=args.controller, host=args.host, port=args.port, metrics_port=args.metrics_port,
-        backend=args.backend, redis_url=redis_url, redis_prefix=args.redis_prefix,
-        admin_token=admin_token, controller_token=controller_token, allow_open=args.allow_open_admin,
-        reconcile_interval_s=args.reconcile_interval, rollout_timeout_s=args.rollout_timeout,
-        drain_timeout_s=args.drain_timeout, orphan_grace_s=args.orphan_grace, restart_initial_s=args.restart_backoff,
-        restart_max_s=args.restart_backoff_max, lease_ttl_s=args.lease_ttl, worker_host=args.worker_host,
-        **({"deployer_id": args.deployer_id} if args.deployer_id else {}),
-        log_dir=Path(args.log_dir) if args.log_dir else None,
-        worker_ca_cert=args.worker_ca_cert or os.environ.get("MINDMOTOR_WORKER_CA_CERT") or None,
-        worker_ca_key=args.worker_ca_key or os.environ.get("MINDMOTOR_WORKER_CA_KEY") or None,
-        kubernetes=KubernetesSettings(namespace=args.k8s_namespace, image=args.k8s_image,
-                                      controller=args.k8s_controller, checkpoint_claim=args.k8s_checkpoint_claim,
-                                      checkpoint_mount=args.k8s_checkpoint_mount, api_server=args.k8s_api_server))
+    """The deployer's settings: the flags given, then $MINDMOTOR_*, then the --config file.
+    ValueError (pydantic's ValidationError) for inconsistent values, FileNotFoundError for a
+    missing file."""
+    return FLAGS.load(args)
 
 
 def run_deployer(args: argparse.Namespace) -> int:
@@ -172,22 +145,28 @@ def run_deployer(args: argparse.Namespace) -> int:
     import logging
 
     from mindmotor.common.logging import setup_logging
+    from mindmotor.common.settings import error_text
     from mindmotor.common.store import StoreUnavailable
 
     # Local replicas are forked and exec'd at once (runtime.detached_process): gRPC's fork handlers have
     # nothing to protect there and would only print a warning line per replica on stderr.
     os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
-    setup_logging("deployer", args.log_level)
+    setup_logging("deployer", args.log_level or "INFO")
     log = logging.getLogger("mindmotor.deployer")
     try:
         config = config_from_args(args)
+    except (ValueError, OSError) as exc:             # bad settings (one line each), a missing file
+        log.error("deployer failed", extra={"error": error_text(exc, FLAGS.settings)})
+        return 1
+    setup_logging("deployer", config.log_level)
+    try:
         from mindmotor.common.rpc import configure_from_args
 
         configure_from_args(args)
         from .server import serve
 
         return asyncio.run(serve(config))
-    except (ValueError, OSError, StoreUnavailable) as exc:    # bad flags, port in use, no Redis, no cluster
+    except (ValueError, OSError, StoreUnavailable) as exc:    # bad TLS files, port in use, no Redis, no cluster
         log.error("deployer failed", extra={"error": f"{type(exc).__name__}: {exc}"})
         return 1
 
@@ -355,6 +334,8 @@ def cmd_traffic(args) -> int:
 def cmd_rollout(args) -> int:
     from pathlib import Path
 
+    from mindmotor.vocabulary import RolloutPhase
+
     checkpoint = str(Path(args.checkpoint).expanduser().resolve()) if args.checkpoint else ""
 
     def call(client):
@@ -367,7 +348,7 @@ def cmd_rollout(args) -> int:
         if args.no_wait:
             return deployment
         deployment = client.wait_rollout(args.name, timeout_s=deployment.rollout.deadline - deployment.updated_at + 30)
-        if deployment.rollout.phase != "canary":
+        if deployment.rollout.phase != RolloutPhase.CANARY:
             raise CommandFailed(f"rollout of {args.version} {deployment.rollout.phase}: {deployment.rollout.reason}")
         return deployment
 

@@ -14,11 +14,11 @@ import time
 
 from mindmotor.common import rpc
 from mindmotor.common.admin_token import bearer_metadata
+from mindmotor.vocabulary import RolloutPhase
 from mindmotor.protocol import deployer_pb2 as pb
 from mindmotor.protocol import deployer_pb2_grpc
 
 from .convert import spec_to_proto
-from .records import STARTING
 from .spec import DeploymentSpec
 
 POLL_S = 0.2
@@ -83,7 +83,7 @@ class DeployerClient:
         deadline = time.monotonic() + timeout_s
         while True:
             deployment = self.get(name)
-            if deployment.rollout.phase != STARTING:
+            if deployment.rollout.phase != RolloutPhase.STARTING:
                 return deployment
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the rollout of {deployment.rollout.version} is still starting "

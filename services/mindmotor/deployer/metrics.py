@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from .records import PHASES
+from mindmotor.vocabulary import RolloutPhase
 
 
 class DeployerMetrics:
@@ -53,7 +53,7 @@ class DeployerMetrics:
         """deployment -> phase of its last rollout."""
         self.rollout.clear()
         for deployment, phase in phases.items():
-            for name in PHASES:
+            for name in RolloutPhase:
                 self.rollout.labels(deployment, name).set(1 if name == phase else 0)
 
     def serve(self, host: str, port: int) -> tuple[object, int]:

@@ -15,11 +15,12 @@ from typing import Callable
 
 from pydantic import ValidationError
 
+from mindmotor.vocabulary import RolloutPhase
 from mindmotor.model.config import CheckpointError
 
 from . import rollout
 from .analysis import AnalysisSettings
-from .records import ACTIVE_PHASES, CANARY, DeploymentRecord
+from .records import DeploymentRecord
 from .spec import (DeploymentSpec, VersionSpec, check_traffic, describe_errors, tokenizer_difference,
                    tokenizer_files, verify_checkpoint)
 from .store import DeploymentStore
@@ -188,7 +189,7 @@ class Deployments:
         def change(record: DeploymentRecord):
             _check_not_deleting(record)
             state = record.rollout
-            if state is None or state.phase != CANARY:
+            if state is None or state.phase != RolloutPhase.CANARY:
                 phase = state.phase if state else "none"
                 raise FailedPrecondition(f"no rollout in the canary phase to promote (last rollout: {phase}); "
                                          "a rollout is promoted once its replicas are ready")
@@ -202,7 +203,7 @@ class Deployments:
         def change(record: DeploymentRecord):
             _check_not_deleting(record)
             state = record.rollout
-            if state is None or state.phase not in ACTIVE_PHASES:
+            if state is None or not state.active:
                 phase = state.phase if state else "none"
                 raise FailedPrecondition(f"no rollout in progress to roll back (last rollout: {phase}); after a "
                                          "promote, roll out the previous checkpoint as a new version")

@@ -38,15 +38,16 @@ from typing import Callable
 
 from mindmotor.common.store import StoreUnavailable
 from mindmotor.common.store_epoch import store_epoch
+from mindmotor.vocabulary import ReplicaPhase, RolloutPhase
 from mindmotor.runtime.backoff import RestartBackoff
 
 from . import rollout
 from .analysis import AnalysisSettings, judge
-from .backends.base import CRASHED, STOPPING, Backend, Replica, VersionTarget
+from .backends.base import Backend, Replica, VersionTarget
 from .controller_link import ControllerLink, TrafficRefused
 from .coordinator_metrics import CoordinatorFigures
 from .metrics import DeployerMetrics
-from .records import CANARY, STARTING, DeploymentRecord
+from .records import DeploymentRecord
 from .store import REMOVE, DeploymentStore
 
 log = logging.getLogger("mindmotor.deployer")
@@ -149,7 +150,7 @@ class Reconciler:
     async def _advance_rollout(self, record: DeploymentRecord, replicas: list[Replica],
                                now: float) -> DeploymentRecord | None:
         state = record.rollout
-        if state is None or state.phase != STARTING or record.deleting:
+        if state is None or state.phase != RolloutPhase.STARTING or record.deleting:
             return record
         version = record.spec.version(state.version)
         wanted = version.replicas if version else 0
@@ -163,13 +164,13 @@ class Reconciler:
             return record
 
         def apply(current: DeploymentRecord):
-            same = current.rollout is not None and current.rollout.phase == STARTING \
+            same = current.rollout is not None and current.rollout.phase == RolloutPhase.STARTING \
                 and current.rollout.version == state.version
             if same:
                 change(current)
 
         updated = await self.deployments.update(record.name, apply)
-        if updated is not None and updated.rollout is not None and updated.rollout.phase != STARTING:
+        if updated is not None and updated.rollout is not None and updated.rollout.phase != RolloutPhase.STARTING:
             self._count(record.name, state.version, action)
             log_fn = log.warning if action == "rollout_failed" else log.info
             log_fn(f"rollout {updated.rollout.phase}", extra={
@@ -179,8 +180,8 @@ class Reconciler:
 
     def _analysed(self, record: DeploymentRecord) -> bool:
         state = record.rollout
-        return (state is not None and state.phase == CANARY and bool(state.analysis) and not record.deleting
-                and self.coordinator_figures is not None and self.coordinator_figures.enabled)
+        return (state is not None and state.phase == RolloutPhase.CANARY and bool(state.analysis)
+                and not record.deleting and self.coordinator_figures is not None and self.coordinator_figures.enabled)
 
     async def _analyse(self, record: DeploymentRecord, now: float) -> DeploymentRecord | None:
         """Judge the canary on the coordinators' figures; roll it back if it failed."""
@@ -196,11 +197,12 @@ class Reconciler:
         reason = f"canary analysis: {verdict.summary}; rolled back"
 
         def apply(current: DeploymentRecord):
-            if current.rollout is not None and current.rollout.phase == CANARY and current.rollout.version == state.version:
+            if current.rollout is not None and current.rollout.phase == RolloutPhase.CANARY \
+                    and current.rollout.version == state.version:
                 rollout.roll_back(current, reason, now, failed=True)
 
         updated = await self.deployments.update(record.name, apply)
-        if updated is not None and updated.rollout is not None and updated.rollout.phase != CANARY:
+        if updated is not None and updated.rollout is not None and updated.rollout.phase != RolloutPhase.CANARY:
             self.figures.pop(record.name, None)
             self._count(record.name, state.version, "rollout_analysis_failed")
             log.warning("rollout failed its canary analysis; rolled back", extra={
@@ -211,7 +213,7 @@ class Reconciler:
     def _not_ready_reason(self, deployment: str, version: str, ready: int, wanted: int,
                           replicas: list[Replica], waited_s: float) -> str:
         reason = f"{ready} of {wanted} replica(s) of {version} ready in the controller after {waited_s:.0f} s"
-        crashed = [r for r in replicas if r.key == (deployment, version) and r.phase == CRASHED]
+        crashed = [r for r in replicas if r.key == (deployment, version) and r.phase == ReplicaPhase.CRASHED]
         restarts = self._restarts[(deployment, version)]
         if crashed or restarts:
             reason += f"; {restarts} restart(s)"
@@ -248,7 +250,7 @@ class Reconciler:
         targets = record.targets()
         for name, wanted in targets.items():
             target = VersionTarget(record.spec, record.spec.version(name))
-            mine = [r for r in replicas if r.key == (record.name, name) and r.phase != STOPPING]
+            mine = [r for r in replicas if r.key == (record.name, name) and r.phase != ReplicaPhase.STOPPING]
             slots = {r.slot for r in mine}
             if slots != set(range(wanted)):
                 await self.backend.scale(target, wanted)
@@ -256,7 +258,7 @@ class Reconciler:
                 log.info("scaling", extra={"deployment": record.name, "version": name, "from": len(slots),
                                            "to": wanted})
             for replica in mine:
-                if (replica.phase == CRASHED and replica.slot < wanted
+                if (replica.phase == ReplicaPhase.CRASHED and replica.slot < wanted
                         and self.backoff.due(replica.failures, replica.exited_at, now)):
                     await self._restart(replica, target)
         for name in sorted({r.version for r in replicas if r.deployment == record.name} - set(targets)):
@@ -274,7 +276,7 @@ class Reconciler:
             "failures": replica.failures, "backoff_s": self.backoff.delay(replica.failures)})
 
     async def _remove(self, deployment: str, version: str, replicas: list[Replica]) -> None:
-        if any(r.key == (deployment, version) and r.phase != STOPPING for r in replicas):
+        if any(r.key == (deployment, version) and r.phase != ReplicaPhase.STOPPING for r in replicas):
             await self.backend.remove(deployment, version)
             self._count(deployment, version, "remove")
             log.info("removing a version", extra={"deployment": deployment, "version": version})
@@ -320,7 +322,8 @@ class Reconciler:
             rows = []
             for name in [*targets, *sorted(running - set(targets))]:
                 key = (record.name, name)
-                alive = sum(1 for r in replicas if r.key == key and r.phase not in (CRASHED, STOPPING))
+                alive = sum(1 for r in replicas
+                            if r.key == key and r.phase not in (ReplicaPhase.CRASHED, ReplicaPhase.STOPPING))
                 rows.append(VersionStatus(
                     version=name, desired=targets.get(name, 0), running=alive,
                     ready=self.controller.ready(*key), restarts=self._restarts[key],

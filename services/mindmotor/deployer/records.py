@@ -8,11 +8,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from mindmotor.vocabulary import ACTIVE_ROLLOUT_PHASES, RolloutPhase
+
 from .spec import DeploymentSpec
 
-STARTING, CANARY, PROMOTED, ROLLED_BACK, FAILED = "starting", "canary", "promoted", "rolled_back", "failed"
-ACTIVE_PHASES = (STARTING, CANARY)
-PHASES = (STARTING, CANARY, PROMOTED, ROLLED_BACK, FAILED)
 
 
 @dataclass
@@ -20,7 +19,7 @@ class RolloutState:
     version: str                      # the version being rolled out
     previous: str                     # the version it replaces
     canary: float                     # percent of the traffic for the new version once it is ready
-    phase: str = STARTING
+    phase: str = RolloutPhase.STARTING
     reason: str = ""
     started_at: float = 0.0
     deadline: float = 0.0             # STARTING: not all ready by then -> FAILED (rolled back)
@@ -31,7 +30,7 @@ class RolloutState:
 
     @property
     def active(self) -> bool:
-        return self.phase in ACTIVE_PHASES
+        return self.phase in ACTIVE_ROLLOUT_PHASES
 
 
 @dataclass

@@ -16,7 +16,9 @@ deployment (an A/B split) keep theirs throughout.
 
 from __future__ import annotations
 
-from .records import CANARY, FAILED, PROMOTED, ROLLED_BACK, STARTING, DeploymentRecord, RolloutState
+from mindmotor.vocabulary import RolloutPhase
+
+from .records import DeploymentRecord, RolloutState
 from .spec import DeploymentSpec, VersionSpec
 
 WEIGHT_DIGITS = 6
@@ -33,7 +35,7 @@ def begin(record: DeploymentRecord, new: VersionSpec, previous: str, canary: flo
     spec["versions"].append(new.model_dump(mode="json"))
     _set_spec(record, spec, now)
     record.rollout = RolloutState(
-        version=new.name, previous=previous, canary=canary, phase=STARTING, started_at=now, updated_at=now,
+        version=new.name, previous=previous, canary=canary, phase=RolloutPhase.STARTING, started_at=now, updated_at=now,
         deadline=now + timeout_s, analysis=analysis, tokenizer_change=tokenizer_change,
         reason=f"waiting for {new.replicas} replica(s) of {new.name} to be ready (at most {timeout_s:g} s)")
 
@@ -46,7 +48,7 @@ def ready(record: DeploymentRecord, now: float) -> None:
     traffic[rollout.version] = round(traffic.get(rollout.version, 0.0) + share, WEIGHT_DIGITS)
     _set_spec(record, {**record.spec.to_dict(), "traffic": traffic}, now)
     rollout.canary_at = now
-    _phase(record, CANARY, f"{rollout.version} is ready and takes {rollout.canary:g}% of the traffic", now)
+    _phase(record, RolloutPhase.CANARY, f"{rollout.version} is ready and takes {rollout.canary:g}% of the traffic", now)
 
 
 def promote(record: DeploymentRecord, now: float) -> None:
@@ -56,7 +58,7 @@ def promote(record: DeploymentRecord, now: float) -> None:
     spec = record.spec.to_dict()
     spec["versions"] = [v for v in spec["versions"] if v["name"] != rollout.previous]
     _set_spec(record, {**spec, "traffic": traffic}, now)
-    _phase(record, PROMOTED, f"{rollout.version} takes all of {rollout.previous}'s traffic; "
+    _phase(record, RolloutPhase.PROMOTED, f"{rollout.version} takes all of {rollout.previous}'s traffic; "
                              f"{rollout.previous} is drained and removed", now)
 
 
@@ -67,7 +69,7 @@ def roll_back(record: DeploymentRecord, reason: str, now: float, failed: bool = 
     spec = record.spec.to_dict()
     spec["versions"] = [v for v in spec["versions"] if v["name"] != rollout.version]
     _set_spec(record, {**spec, "traffic": traffic}, now)
-    _phase(record, FAILED if failed else ROLLED_BACK, reason, now)
+    _phase(record, RolloutPhase.FAILED if failed else RolloutPhase.ROLLED_BACK, reason, now)
 
 
 def _rollout(record: DeploymentRecord) -> RolloutState:

@@ -97,7 +97,7 @@ class DeployerServer:
         self.grpc_server, self.port = rpc.make_server(self.config.host, self.config.port, rpc.DEPLOYER_POLICY,
                                                       admin_token=self.config.admin_token,
                                                       registry=self.metrics.registry,
-                                                      allow_open=self.config.allow_open)
+                                                      allow_open=self.config.allow_open_admin)
         deployer_pb2_grpc.add_DeployerServicer_to_server(
             DeployerService(self.deployments, self.reconciler, owner=lambda: self.elector.is_leader), self.grpc_server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc_server)

@@ -20,6 +20,8 @@ from functools import lru_cache
 # Set by the deployer for every replica; a spec may not set them.
 PLACEMENT = frozenset({"host", "port", "metrics_port", "worker_id", "controller", "advertise_address",
                        "served_model_name", "deployment", "version", "weight", "role", "model"})
+# A replica's settings are the spec's, not a file's on the machine it happens to run on.
+NOT_IN_SPEC = frozenset({"config"})
 TRUE, FALSE = "true", "false"
 
 
@@ -40,7 +42,8 @@ def _worker_parser() -> _Refusing:
 
 
 def _worker_options() -> dict[str, argparse.Action]:
-    return {a.dest: a for a in _worker_parser()._actions if a.option_strings and a.dest not in PLACEMENT}
+    return {a.dest: a for a in _worker_parser()._actions
+            if a.option_strings and a.dest not in PLACEMENT | NOT_IN_SPEC}
 
 
 def _is_switch(action: argparse.Action) -> bool:
@@ -56,6 +59,8 @@ def normalize_worker_settings(settings: dict[str, object]) -> dict[str, str]:
         key = str(name).replace("-", "_")
         if key in PLACEMENT:
             raise ValueError(f"{name}: set by the deployer for every replica, not by the spec")
+        if key in NOT_IN_SPEC:
+            raise ValueError(f"{name}: a replica's settings are the spec's (give each one here), not a file's")
         action = options.get(key)
         if action is None:
             raise ValueError(f"{name}: not a `mindmotor worker` setting; known: {', '.join(sorted(options))}")

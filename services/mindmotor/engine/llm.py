@@ -14,6 +14,8 @@ from typing import Sequence as Seq
 
 from tqdm import tqdm
 
+from mindmotor.vocabulary import FinishReason
+
 from .config import EngineConfig
 from .llm_engine import LLMEngine
 from .sampler import TokenLogprob
@@ -26,7 +28,7 @@ class GenerationOutput:
     prompt_token_ids: list[int]
     text: str = ""
     token_ids: list[int] = field(default_factory=list)
-    finish_reason: str | None = None
+    finish_reason: FinishReason | None = None
     stop_reason: int | str | None = None
     num_cached_tokens: int = 0
     logprobs: list[TokenLogprob] = field(default_factory=list)

@@ -17,6 +17,7 @@ from typing import Sequence as Seq
 import numpy as np
 
 from mindmotor.common.tokenizer import IncrementalDetokenizer, Tokenizer
+from mindmotor.vocabulary import FinishReason
 from mindmotor.device.emulated_device import EmulatedDevice
 from mindmotor.device.hf_profile import resolve_profile   # a profile name or a config.json
 from mindmotor.device.profiles import ModelProfile
@@ -571,7 +572,7 @@ class LLMEngine:
         self.request_failures += 1
         self._discard(seq, SequenceStatus.FINISHED_ERROR)
         self._step_outputs.append(RequestOutput(
-            request_id=seq.request_id, new_token_ids=[], new_text="", finished=True, finish_reason="error",
+            request_id=seq.request_id, new_token_ids=[], new_text="", finished=True, finish_reason=FinishReason.ERROR,
             num_prompt_tokens=seq.num_prompt_tokens, num_output_tokens=seq.num_output_tokens,
             num_cached_tokens=seq.num_cached_tokens, error=error))
 

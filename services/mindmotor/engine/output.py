@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mindmotor.common.tokenizer import IncrementalDetokenizer, Tokenizer
+from mindmotor.vocabulary import FinishReason
 
 from .sampler import TokenLogprob
 from .sequence import Sequence, SequenceStatus
@@ -17,13 +18,13 @@ class RequestOutput:
     new_token_ids: list[int]
     new_text: str
     finished: bool
-    finish_reason: str | None = None          # "stop" | "length" | "abort" | "error" | "prefilled"
+    finish_reason: FinishReason | None = None   # STOP | LENGTH | ABORT | ERROR | PREFILLED
     stop_reason: int | str | None = None      # the stop token id or stop string that matched
     num_prompt_tokens: int = 0
     num_output_tokens: int = 0
     num_cached_tokens: int = 0
     new_logprobs: list[TokenLogprob] = field(default_factory=list)
-    error: str | None = None                  # finish_reason "error": what the engine raised for it
+    error: str | None = None                  # finish_reason ERROR: what the engine raised for it
     prompt_logprobs: list[TokenLogprob] | None = None   # on the first output, when prompt_logprobs was asked
 
 
@@ -115,6 +116,6 @@ class OutputProcessor:
             self._emitted.pop(rid, None)
         return RequestOutput(
             request_id=rid, new_token_ids=new_tokens, new_text=text, finished=finished,
-            finish_reason=seq.status.value if finished else None, stop_reason=seq.stop_reason,
+            finish_reason=seq.status.finish_reason, stop_reason=seq.stop_reason,
             num_prompt_tokens=seq.num_prompt_tokens, num_output_tokens=seq.num_output_tokens,
             num_cached_tokens=seq.num_cached_tokens, new_logprobs=new_logprobs)

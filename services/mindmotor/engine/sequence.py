@@ -3,38 +3,14 @@ its blocks, and its place in the queue."""
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from mindmotor.vocabulary import SequenceStatus
+
 from .continuation import KVSource
 from mindmotor.rules.sampling_params import SamplingParams
-
-
-class SequenceStatus(enum.Enum):
-    WAITING = "waiting"
-    WAITING_FOR_KV = "waiting_for_kv"   # a continuation's blocks reserved, its prompt KV being pulled
-    RUNNING = "running"
-    FINISHED_STOPPED = "stop"        # EOS, a stop token id or a stop string
-    FINISHED_LENGTH = "length"       # max_tokens or the model's context
-    FINISHED_ABORTED = "abort"
-    PREFILLED = "prefilled"          # prefill-only: first token sampled, KV pinned for a decode worker
-    FINISHED_ERROR = "error"         # the engine raised while serving it (the request alone fails)
-
-    @property
-    def finished(self) -> bool:
-        """Whether this engine is done computing the request (a PREFILLED one is: it continues on
-        a decode worker, see `continues_elsewhere`)."""
-        return self in (SequenceStatus.FINISHED_STOPPED, SequenceStatus.FINISHED_LENGTH,
-                        SequenceStatus.FINISHED_ABORTED, SequenceStatus.PREFILLED,
-                        SequenceStatus.FINISHED_ERROR)
-
-    @property
-    def continues_elsewhere(self) -> bool:
-        """The request's stream goes on on another worker (a continuation of it): its text keeps
-        what it holds back (a possible stop string, part of a character) for that worker."""
-        return self is SequenceStatus.PREFILLED
 
 
 @dataclass

@@ -1,4 +1,7 @@
-"""`mindmotor up [--port 8000] [--config FILE]`: the whole platform on this machine."""
+"""`mindmotor up [--port 8000] [--config FILE]`: the whole platform on this machine.
+
+Its settings (launcher/config.py) come from the flags, then `MINDMOTOR_*` environment variables,
+then the `--config` YAML file."""
 
 from __future__ import annotations
 
@@ -26,19 +29,19 @@ def run_up(args: argparse.Namespace) -> int:
 
     from mindmotor.common.logging import setup_logging
 
-    from .config import PlatformConfig
+    from mindmotor.common.settings import error_text
+
+    from .config import ModelSpec, PlatformConfig
     from .up import run
 
     setup_logging("up", args.log_level)
     try:
         config = PlatformConfig.load(args.config, host=args.host, port=args.port)
-        first = config.models[0]
         changes = {k: v for k, v in {"workers": args.workers, "path": args.model,
                                      "timing": args.timing}.items() if v is not None}
-        if changes:
-            config.models[0] = first.model_copy(update=changes)
-            config = PlatformConfig.model_validate(config.model_dump())
-    except (ValidationError, ValueError, OSError) as exc:
-        logging.getLogger("mindmotor.up").error("bad platform config", extra={"error": str(exc)})
+        if changes:                                    # the first model's, checked again
+            config.models[0] = ModelSpec.model_validate({**config.models[0].model_dump(), **changes})
+    except (ValidationError, ValueError, OSError) as exc:   # one line per bad setting
+        logging.getLogger("mindmotor.up").error("bad platform config", extra={"error": error_text(exc, PlatformConfig)})
         return 2
     return run(config)

@@ -1,4 +1,6 @@
-"""`PlatformConfig`: what `mindmotor up` starts, from a YAML file (all keys optional).
+"""`PlatformConfig`: what `mindmotor up` starts — from its flags, `MINDMOTOR_*` environment variables
+(`MINDMOTOR_PORT`, `MINDMOTOR_ADMIN_TOKEN`, ...) and a YAML file (common/settings.py); every key
+optional.
 
 ```yaml
 host: 127.0.0.1          # where every service listens
@@ -12,9 +14,11 @@ ports:                   # 0: a free port, picked at the first start and kept ac
   deployer_metrics: 0    # the deployer's /metrics
   metrics: 0             # `up`'s own /metrics (restarts of the services it supervises)
 redis_url: null          # e.g. redis://127.0.0.1:6379/0: controller state, deployments, shared rate limits
-api_keys: []             # empty: no auth
+                         # (better: $MINDMOTOR_REDIS_URL or redis_url_file)
+api_keys: []             # empty: no auth (better: $MINDMOTOR_API_KEYS, comma-separated, or api_key_file)
 admin_token: null        # bearer token of the controller's admin API and of the Deployer API
-                         # (secrets reach the services through their environment, never argv)
+                         # (better: $MINDMOTOR_ADMIN_TOKEN or admin_token_file; secrets reach the services
+                         # through their environment, never argv)
 policy: least_load       # round_robin | weighted_round_robin | least_load | cache_aware
 rate_limit_rpm: 0        # per key; 0: unlimited
 log_dir: null            # default: a temporary directory (printed at start)
@@ -47,12 +51,14 @@ coordinator_args: []     # more `mindmotor coordinator` flags
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Annotated, Any, ClassVar
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_settings import NoDecode
 
 from mindmotor.common.roles import NAMES, Role
+from mindmotor.common.settings import ServiceSettings, split_list
+
 from mindmotor.runtime.liveness import LivenessSettings
 
 
@@ -99,18 +105,21 @@ class Ports(BaseModel):
     metrics: int = Port
 
 
-class PlatformConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class PlatformConfig(ServiceSettings):
+    secrets: ClassVar = {"admin_token": "admin token", "redis_url": "Redis URL"}
 
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
     coordinators: int = Field(2, ge=1, le=64)
     ports: Ports = Field(default_factory=Ports)
     redis_url: str | None = None
+    redis_url_file: str | None = None
     redis_prefix: str = "mindmotor:"
     policy: str = "least_load"
-    api_keys: list[str] = []
+    api_keys: Annotated[list[str], NoDecode] = []
+    api_key_file: str | None = None                  # one key a line, read at start
     admin_token: str | None = None
+    admin_token_file: str | None = None
     rate_limit_rpm: float = Field(0.0, ge=0)
     log_dir: str | None = None
     ready_timeout_s: float = Field(120.0, gt=0)
@@ -123,13 +132,14 @@ class PlatformConfig(BaseModel):
     coordinator_args: list[str] = []
     models: list[ModelSpec] = Field(default_factory=lambda: [ModelSpec()], min_length=1)
 
+    @field_validator("api_keys", mode="before")
     @classmethod
-    def load(cls, path: str | Path | None, **overrides) -> "PlatformConfig":
-        data = {}
-        if path:
-            loaded = yaml.safe_load(Path(path).read_text()) or {}
-            if not isinstance(loaded, dict):
-                raise ValueError(f"{path}: the top level must be a mapping of settings")
-            data.update(loaded)
-        data.update({k: v for k, v in overrides.items() if v is not None})
-        return cls.model_validate(data)
+    def _api_key_list(cls, value: Any) -> Any:
+        return split_list(value)
+
+    @model_validator(mode="after")
+    def _api_keys(self) -> "PlatformConfig":
+        from mindmotor.common.secrets import secret_list
+
+        self.api_keys = secret_list("API keys", self.api_keys, self.api_key_file)   # registered for redaction
+        return self

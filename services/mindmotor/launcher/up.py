@@ -45,6 +45,7 @@ import httpx
 
 from mindmotor.common import rpc
 from mindmotor.common.https_side import serve_metrics
+from mindmotor.vocabulary import ServiceState
 from mindmotor.coordinator.metrics import MULTIPROC_ENV, forget_replica
 from mindmotor.deployer.spec import DeploymentSpec
 from mindmotor.runtime.backoff import RestartBackoff
@@ -88,6 +89,19 @@ def serve_up_metrics(metrics: SupervisorMetrics, host: str, port: int,
                      files: tuple[str, str] | None = None) -> tuple[object, int]:
     """`up`'s /metrics (its supervisor's counters); over HTTPS with `files` (certificate, key)."""
     return serve_metrics(host, port, metrics.registry, files=files, sec=rpc.RpcSecurity())
+
+
+def own_settings_removed(environ=None) -> dict[str, None]:
+    """`up`'s own settings variables (MINDMOTOR_PORT, MINDMOTOR_MODELS, ...), removed from what its
+    services inherit: they configure `up`, which gives each service its settings itself (flags and
+    `child_env`), and a service reading them would misread some (`MINDMOTOR_MODELS` is a list here,
+    a mapping for a coordinator)."""
+    from mindmotor.common.settings_flags import env_name
+
+    names = {env_name(field) for field in PlatformConfig.model_fields}
+    nested = tuple(f"{name}__" for name in names)             # MINDMOTOR_PORTS__CONTROLLER, ...
+    return {name: None for name in (os.environ if environ is None else environ)
+            if name in names or name.startswith(nested)}
 
 
 def replica_anchor_env(service: str) -> dict[str, str]:
@@ -169,7 +183,8 @@ class Platform:
     def _service(self, name: str, args, ready_prefix: str, stop_timeout_s: float = 30.0, on_ready=None,
                  role: str | None = None, **extra) -> Service:
         role = role or name
-        env = {**child_env(role, self.config), **replica_anchor_env(role), **self.tls_env.get(role, {}),
+        env = {**own_settings_removed(), **child_env(role, self.config), **replica_anchor_env(role),
+               **self.tls_env.get(role, {}),
                **(self._coordinator_env() if role == COORDINATOR else {})}
         return Service(name, args, ready_prefix, env=env, stop_timeout_s=stop_timeout_s,
                        liveness=LivenessProbe(self.config.liveness, self._liveness_url(name),
@@ -313,7 +328,7 @@ class Platform:
         restarted, a Redis that came back empty, a `mindmotor deploy delete`). A deployer on Redis
         is a standby until the dead one's lease runs out (UNAVAILABLE): tried again shortly."""
         deployer = self.supervisor.services.get(DEPLOYER)
-        if time.monotonic() < self._next_ensure or deployer is None or deployer.state != RUNNING:
+        if time.monotonic() < self._next_ensure or deployer is None or deployer.state != ServiceState.RUNNING:
             return
         try:
             self._apply_deployments(first=False)

@@ -30,13 +30,15 @@ from typing import Callable
 
 from .backoff import RestartBackoff
 from .child_process import ChildProcess
+
+from mindmotor.vocabulary import ServiceState
 from .liveness import LivenessProbe
 from .subreaper import reap_orphans
 from .supervisor_metrics import SupervisorMetrics
 
 log = logging.getLogger("mindmotor.runtime")
 
-STARTING, RUNNING, WAITING = "starting", "running", "waiting to restart"
+STARTING, RUNNING, WAITING = ServiceState.STARTING, ServiceState.RUNNING, ServiceState.WAITING
 
 
 @dataclass

@@ -24,22 +24,32 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mindmotor.common.roles import Role
-from mindmotor.controller.config import ControllerConfig
 from mindmotor.controller.pd_autoscaler import load_of, weighted_p90
 from mindmotor.controller.pd_ratio import SLO, Measurement, RatioPolicyConfig, RatioState, decide
-from mindmotor.worker.config import WorkerConfig
 from mindmotor.worker.latency_window import MAX_SAMPLES, WINDOW_S, LatencyWindow
 
+
+# The services' defaults (not the environment's), their settings classes imported when first needed.
+def _controller_pd_interval_s() -> float:
+    from mindmotor.controller.config import ControllerConfig
+
+    return ControllerConfig.model_construct().pd_interval_s
+
+
+def _worker_role_drain_timeout_s() -> float:
+    from mindmotor.worker.config import WorkerConfig
+
+    return WorkerConfig.model_construct().role_drain_timeout_s
 
 
 @dataclass(frozen=True)
 class DynamicRolesConfig:
     slo: SLO                                               # the deployment's targets (p90 TTFT, p90 TPOT)
     policy: RatioPolicyConfig = RatioPolicyConfig()       # the controller's defaults
-    interval_s: float = ControllerConfig().pd_interval_s
+    interval_s: float = field(default_factory=_controller_pd_interval_s)
     window_s: float = WINDOW_S
     max_samples: int = MAX_SAMPLES
-    drain_timeout_s: float = WorkerConfig.role_drain_timeout_s   # a worker's default
+    drain_timeout_s: float = field(default_factory=_worker_role_drain_timeout_s)   # a worker's default
 
 
 @dataclass

@@ -3,7 +3,7 @@
     mindmotor train [--preset demo|tiny] [--corpus PATH ...] [--out DIR] [--steps N] [--nproc N]
                     [--resume latest|promoted|VERSION] [--config FILE.json] [--set KEY=VALUE ...]
                     [--init-from DIR] [--tokenizer-from DIR]
-    mindmotor trainer --port N [--store DIR] [--metrics-port M]
+    mindmotor trainer --port N [--store DIR] [--metrics-port M] [--config FILE.yaml]
     mindmotor debug compare --checkpoint DIR
     mindmotor checkpoints list|verify|promote|bundle ...
 
@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from mindmotor.common.exposure import add_admin_arguments
+from mindmotor.common.settings_flags import Flags, SettingsHelpFormatter
 
 EXIT_BAD_CONFIG = 2
 
@@ -119,14 +120,19 @@ def _path(value: Path | None) -> str | None:
 
 
 # ---- mindmotor trainer ------------------------------------------------------------------------
+FLAGS = Flags("mindmotor.trainer.settings:TrainerSettings")
+
+
 def _register_trainer(subparsers) -> None:
-    p = subparsers.add_parser("trainer", help="serve the Trainer gRPC service (training jobs)")
-    p.add_argument("--port", type=int, default=50070)
-    p.add_argument("--host", default="127.0.0.1",
-                   help="address to listen on (default: %(default)s); beyond loopback it needs an admin token, TLS or a cluster token")
-    add_admin_arguments(p, "every Trainer call")
-    p.add_argument("--store", type=Path, default=Path("checkpoints"), help="checkpoint store directory")
-    p.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port")
+    p = subparsers.add_parser("trainer", help="serve the Trainer gRPC service (training jobs)",
+                              formatter_class=SettingsHelpFormatter)
+    FLAGS.add_config(p)
+    FLAGS.add(p, "--port", type=int)
+    FLAGS.add(p, "--host", help="address to listen on (default: %(default)s); beyond loopback it needs an admin token, "
+                                "TLS or a cluster token")
+    add_admin_arguments(p, "every Trainer call", FLAGS)
+    FLAGS.add(p, "--store", type=Path, help="checkpoint store directory")
+    FLAGS.add(p, "--metrics-port", type=int, help="serve Prometheus /metrics on this port")
     from mindmotor.common.rpc_args import add_arguments as add_rpc_arguments
 
     add_rpc_arguments(p)
@@ -136,28 +142,27 @@ def _register_trainer(subparsers) -> None:
 def cmd_trainer(args) -> int:
     import asyncio
 
-    from mindmotor.common.exposure import require_admin_token
     from mindmotor.common.logging import setup_logging
     from mindmotor.common.rpc import RpcSettingsError, configure_from_args
-    from mindmotor.common.secrets import ADMIN_TOKEN_ENV, secret
+    from mindmotor.common.settings import error_text
 
     from .service import serve
 
     setup_logging("trainer")
     try:
-        token = secret("admin token", args.admin_token, args.admin_token_file, ADMIN_TOKEN_ENV)
-        require_admin_token("the Trainer", args.host, token, args.allow_open_admin)
+        settings = FLAGS.load(args)
         configure_from_args(args)
-    except ValueError as exc:                  # RpcSettingsError too
-        print(f"mindmotor trainer: error: {exc}", file=sys.stderr)
+    except (ValueError, OSError) as exc:       # bad settings (one line each), a missing file; RpcSettingsError too
+        for line in error_text(exc, FLAGS.settings).splitlines():
+            print(f"mindmotor trainer: error: {line}", file=sys.stderr)
         return EXIT_BAD_CONFIG
-    if not token:
+    if not settings.admin_token:
         import logging
 
         logging.getLogger("mindmotor.trainer").warning("the Trainer API is open: no admin token configured")
     try:
-        asyncio.run(serve(args.port, args.store, host=args.host, metrics_port=args.metrics_port, admin_token=token,
-                          allow_open=args.allow_open_admin))
+        asyncio.run(serve(settings.port, settings.store, host=settings.host, metrics_port=settings.metrics_port,
+                          admin_token=settings.admin_token, allow_open=settings.allow_open_admin))
     except (RpcSettingsError, OSError) as exc:
         print(f"mindmotor trainer: error: {exc}", file=sys.stderr)
         return 1

@@ -24,13 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import AsyncIterator
 
+from mindmotor.vocabulary import JobState, TrainingEvent
+
 from . import metrics
 from .config import TrainConfig
 from .validate import validated_config
 
 log = logging.getLogger("mindmotor.trainer.jobs")
 
-TERMINAL_STATES = ("SUCCEEDED", "FAILED", "CANCELLED")
 POLL_SECONDS = 0.05
 CANCEL_GRACE_SECONDS = 5.0
 
@@ -42,7 +43,7 @@ class TrainingJob:
     config: TrainConfig
     nproc: int
     directory: Path
-    state: str = "PENDING"
+    state: JobState = JobState.PENDING
     events: list[dict] = field(default_factory=list)
     checkpoints: list[str] = field(default_factory=list)
     progress: dict = field(default_factory=dict)   # last step / loss / val_loss / tokens_per_s
@@ -55,7 +56,7 @@ class TrainingJob:
 
     @property
     def finished(self) -> bool:
-        return self.state in TERMINAL_STATES
+        return self.state.terminal
 
 
 class JobManager:
@@ -82,7 +83,7 @@ class JobManager:
                 *self.command(job, resume), stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL, stderr=log_file, start_new_session=True)
         metrics.JOBS_STARTED.inc()
-        await self._set_state(job, "RUNNING")
+        await self._set_state(job, JobState.RUNNING)
         log.info("job started", extra={"job": job_id, "pid": job.process.pid})
         task = asyncio.create_task(self._monitor(job))
         self._monitors.add(task)
@@ -106,7 +107,7 @@ class JobManager:
                 yield event
             sent += len(new)
             if finished and sent == len(job.events):
-                yield {"event": "state", "time": time.time(), "message": job.error}
+                yield {"event": TrainingEvent.STATE, "time": time.time(), "message": job.error}
                 return
 
     async def cancel(self, job_id: str) -> TrainingJob:
@@ -159,16 +160,16 @@ class JobManager:
 
     async def _apply(self, job: TrainingJob, event: dict) -> None:
         kind = event.get("event")
-        if kind == "step":
+        if kind == TrainingEvent.STEP:
             job.progress.update(step=event["step"], loss=event["loss"],
                                 tokens_per_s=event["tokens_per_s"])
-        elif kind == "start":
+        elif kind == TrainingEvent.START:
             job.progress.update(step=event["start_step"], total_steps=event["total_steps"])
-        elif kind == "eval":
+        elif kind == TrainingEvent.EVAL:
             job.progress["val_loss"] = event["val_loss"]
-        elif kind == "checkpoint":
+        elif kind == TrainingEvent.CHECKPOINT:
             job.checkpoints.append(event["version"])
-        elif kind == "error":
+        elif kind == TrainingEvent.ERROR:
             job.error = event["message"]
         metrics.record_event(job.job_id, event)
         async with job.changed:
@@ -178,17 +179,17 @@ class JobManager:
     async def _finish(self, job: TrainingJob) -> None:
         code = job.process.returncode
         if job.cancel_requested:
-            state = "CANCELLED"
+            state = JobState.CANCELLED
         elif code == 0:
-            state = "SUCCEEDED"
+            state = JobState.SUCCEEDED
         else:
-            state = "FAILED"
+            state = JobState.FAILED
             job.error = job.error or f"exit code {code}: {self._log_tail(job)}"
         job.finished_at = time.time()
         log.info("job ended", extra={"job": job.job_id, "state": state, "code": code})
         await self._set_state(job, state)
 
-    async def _set_state(self, job: TrainingJob, state: str) -> None:
+    async def _set_state(self, job: TrainingJob, state: JobState) -> None:
         async with job.changed:
             job.state = state
             job.changed.notify_all()

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge
 
-JOB_STATES = ("PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED")
+from mindmotor.vocabulary import JobState, TrainingEvent
+
 
 STEP = Gauge("mindmotor_trainer_step", "Optimizer steps completed by a job", ["job"])
 LOSS = Gauge("mindmotor_trainer_loss", "Training loss at a job's last step", ["job"])
@@ -22,16 +23,16 @@ CHECKPOINTS = Counter("mindmotor_trainer_checkpoints", "Checkpoint versions writ
 
 def record_event(job_id: str, event: dict) -> None:
     kind = event.get("event")
-    if kind == "step":
+    if kind == TrainingEvent.STEP:
         STEP.labels(job_id).set(event["step"])
         LOSS.labels(job_id).set(event["loss"])
         TOKENS_PER_SECOND.labels(job_id).set(event["tokens_per_s"])
-    elif kind == "eval":
+    elif kind == TrainingEvent.EVAL:
         VAL_LOSS.labels(job_id).set(event["val_loss"])
-    elif kind == "checkpoint":
+    elif kind == TrainingEvent.CHECKPOINT:
         CHECKPOINTS.inc()
 
 
 def record_states(states: list[str]) -> None:
-    for state in JOB_STATES:
+    for state in JobState:
         JOBS.labels(state).set(sum(1 for s in states if s == state))

@@ -4,7 +4,8 @@
 - structured log lines (`mindmotor.common.logging`: JSON lines);
 - an optional events file of JSON lines, which the trainer service tails to stream `WatchJob`.
 
-Event kinds: `start`, `step`, `eval`, `checkpoint`, `done`, `error`. Each line is flushed as it is
+Event kinds: `TrainingEvent` (vocabulary.py): `start`, `step`, `eval`, `checkpoint`, `done`,
+`error`. Each line is flushed as it is
 written, so a reader never waits for a buffer.
 """
 
@@ -17,6 +18,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from mindmotor.vocabulary import TrainingEvent
+
 log = logging.getLogger("mindmotor.trainer")
 
 
@@ -28,7 +31,7 @@ class ProgressReporter:
 
     # ---- events ---------------------------------------------------------------------------
     def start(self, *, total_steps: int, start_step: int, **info) -> None:
-        self.emit("start", total_steps=total_steps, start_step=start_step, **info)
+        self.emit(TrainingEvent.START, total_steps=total_steps, start_step=start_step, **info)
         log.info("training started", extra={"total_steps": total_steps,
                                                         "start_step": start_step, **info})
         if self.show_bar:
@@ -38,32 +41,32 @@ class ProgressReporter:
     def step(self, *, step: int, loss: float, lr: float, tokens_per_s: float,
              grad_norm: float, emit: bool = True) -> None:
         if emit:
-            self.emit("step", step=step, loss=loss, lr=lr, tokens_per_s=tokens_per_s,
+            self.emit(TrainingEvent.STEP, step=step, loss=loss, lr=lr, tokens_per_s=tokens_per_s,
                       grad_norm=grad_norm)
         if self.bar is not None:
             self.bar.update(1)
             self.bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_s:,.0f}")
 
     def eval(self, *, step: int, val_loss: float, val_perplexity: float) -> None:
-        self.emit("eval", step=step, val_loss=val_loss, val_perplexity=val_perplexity)
+        self.emit(TrainingEvent.EVAL, step=step, val_loss=val_loss, val_perplexity=val_perplexity)
         self.write_line(f"step {step}: val_loss {val_loss:.4f}, perplexity {val_perplexity:.2f}")
         log.info("validation", extra={"step": step, "val_loss": val_loss,
                                                  "val_perplexity": val_perplexity})
 
     def checkpoint(self, *, step: int, version: str, path: str, val_loss: float | None) -> None:
-        self.emit("checkpoint", step=step, version=version, path=path, val_loss=val_loss)
+        self.emit(TrainingEvent.CHECKPOINT, step=step, version=version, path=path, val_loss=val_loss)
         log.info("checkpoint written", extra={"step": step, "version": version,
                                                          "path": path})
 
     def done(self, **info) -> None:
-        self.emit("done", **info)
+        self.emit(TrainingEvent.DONE, **info)
         log.info("training finished", extra=info)
 
     def error(self, message: str) -> None:
-        self.emit("error", message=message)
+        self.emit(TrainingEvent.ERROR, message=message)
 
     # ---- plumbing -------------------------------------------------------------------------
-    def emit(self, kind: str, **fields) -> None:
+    def emit(self, kind: TrainingEvent, **fields) -> None:
         if self.events is not None:
             self.events.write(json.dumps({"event": kind, "time": time.time(), **fields}) + "\n")
 

@@ -18,6 +18,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from mindmotor.common import rpc
 from mindmotor.common.https_side import serve_metrics
 from mindmotor.common.lifecycle import stop_requested
+from mindmotor.vocabulary import JobState
 from mindmotor.model.config import CheckpointError
 from mindmotor.protocol import trainer_pb2, trainer_pb2_grpc
 
@@ -30,7 +31,7 @@ log = logging.getLogger("mindmotor.trainer.service")
 SERVICE_NAME = "mindmotor.v1.Trainer"
 
 
-def job_state(state: str) -> int:
+def job_state(state: JobState) -> int:
     return trainer_pb2.JobState.Value(f"JOB_STATE_{state}")
 
 

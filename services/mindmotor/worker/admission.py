@@ -15,9 +15,7 @@ import asyncio
 from contextlib import contextmanager
 from typing import Awaitable, Callable, Iterator
 
-SERVING = "serving"
-DRAINING = "draining"
-FAILED = "failed"                          # the engine died; the worker is going away
+from mindmotor.vocabulary import WorkerState
 
 
 class Admission:
@@ -34,14 +32,14 @@ class Admission:
         self._on_drain: list[Callable[[], Awaitable[None]]] = []
 
     @property
-    def state(self) -> str:
+    def state(self) -> WorkerState:
         if self.failed:
-            return FAILED
-        return DRAINING if self.draining or self.paused else SERVING
+            return WorkerState.FAILED
+        return WorkerState.DRAINING if self.draining or self.paused else WorkerState.SERVING
 
     @property
     def accepting(self) -> bool:
-        return self.state == SERVING
+        return self.state == WorkerState.SERVING
 
     @property
     def full(self) -> bool:

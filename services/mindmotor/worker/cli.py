@@ -3,7 +3,9 @@
     mindmotor worker --model DIR --port 50051 --device 910B3 --emulate qwen2-7b --timing realtime
 
 With `--port 0` (or `--metrics-port 0`) a free port is picked; either way the worker prints
-`MINDMOTOR_WORKER_READY port=N metrics_port=M` on stdout once it serves. Logs are JSON lines on
+`MINDMOTOR_WORKER_READY port=N metrics_port=M` on stdout once it serves. Every flag has a
+`MINDMOTOR_*` environment variable and a key in the `--config` YAML file (worker/config.py: the
+engine's under `engine:`); flags win over the environment, which wins over the file. Logs are JSON lines on
 stderr. Nothing heavy is imported until the command runs.
 """
 
@@ -11,118 +13,125 @@ from __future__ import annotations
 
 import argparse
 
-from mindmotor.common.roles import NAMES, Role
+from mindmotor.common.roles import NAMES
+from mindmotor.common.settings_flags import Flags, SettingsHelpFormatter
+
+FLAGS = Flags("mindmotor.worker.config:WorkerConfig")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("worker", help="serve a model over gRPC on an emulated NPU",
-                                   description=__doc__.splitlines()[0])
+                                   description=__doc__.splitlines()[0], formatter_class=SettingsHelpFormatter)
     add_arguments(parser)
     parser.set_defaults(func=run_worker)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add = FLAGS.add
+    FLAGS.add_config(parser)
     net = parser.add_argument_group("serving")
-    net.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
-    net.add_argument("--port", type=int, default=50051, help="gRPC port; 0 picks a free one (default: %(default)s)")
-    net.add_argument("--metrics-port", type=int, default=0,
-                     help="Prometheus /metrics port; 0 picks a free one (default: %(default)s)")
-    net.add_argument("--worker-id", default=None,
-                     help="the instance id it registers with, in logs and Status (default: the name of its "
-                          "worker certificate under mutual TLS, else HOST-PID)")
-    net.add_argument("--drain-timeout", type=float, default=30.0,
-                     help="seconds SIGTERM waits for in-flight requests (default: %(default)s)")
-    net.add_argument("--max-concurrent-requests", type=int, default=4096, metavar="N",
-                     help="Generate and Prefill calls served at once; one more is refused with "
-                          "RESOURCE_EXHAUSTED, so the coordinator tries another instance (default: %(default)s)")
-    net.add_argument("--stream-keepalive", type=float, default=1.0, metavar="SECONDS",
-                     help="a Generate stream that has sent nothing for this long gets a keepalive message "
-                          "(queued, a long prefill), so that the coordinator can tell a waiting worker from "
-                          "a frozen one; 0: never (default: %(default)s)")
-    net.add_argument("--engine-stall-timeout", type=float, default=10.0, metavar="SECONDS",
-                     help="keepalives stop while the engine thread has not completed a step or an idle "
-                          "wait for this long, so the streams of a stuck engine go silent "
-                          "(default: %(default)s)")
-    net.add_argument("--log-level", default="INFO", help="(default: %(default)s)")
+    add(net, "--host", help="address to listen on (default: %(default)s)")
+    add(net, "--port", type=int, help="gRPC port; 0 picks a free one (default: %(default)s)")
+    add(net, "--metrics-port", type=int, help="Prometheus /metrics port; 0 picks a free one (default: %(default)s)")
+    add(net, "--worker-id",
+        help="the instance id it registers with, in logs and Status (default: the name of its "
+             "worker certificate under mutual TLS, else HOST-PID)")
+    add(net, "--drain-timeout", type=float, setting="drain_timeout_s",
+        help="seconds SIGTERM waits for in-flight requests (default: %(default)s)")
+    add(net, "--max-concurrent-requests", type=int, metavar="N",
+        help="Generate and Prefill calls served at once; one more is refused with "
+             "RESOURCE_EXHAUSTED, so the coordinator tries another instance (default: %(default)s)")
+    add(net, "--stream-keepalive", type=float, metavar="SECONDS", setting="stream_keepalive_s",
+        help="a Generate stream that has sent nothing for this long gets a keepalive message "
+             "(queued, a long prefill), so that the coordinator can tell a waiting worker from "
+             "a frozen one; 0: never (default: %(default)s)")
+    add(net, "--engine-stall-timeout", type=float, metavar="SECONDS", setting="engine_stall_timeout_s",
+        help="keepalives stop while the engine thread has not completed a step or an idle "
+             "wait for this long, so the streams of a stuck engine go silent "
+             "(default: %(default)s)")
+    add(net, "--log-level", help="(default: %(default)s)")
 
     ctl = parser.add_argument_group("cluster")
-    ctl.add_argument("--controller", default=None, metavar="HOST:PORT[,HOST:PORT]",
-                     help="register with this controller (or these, for failover) and heartbeat")
-    ctl.add_argument("--advertise-address", default=None, metavar="HOST:PORT",
-                     help="the address the controller hands to coordinators (default: host:port)")
-    ctl.add_argument("--served-model-name", default=None, metavar="NAME",
-                     help="the model name requests ask for: in Status, ModelInfo and the registration "
-                          "with the controller (default: the checkpoint directory's name)")
-    ctl.add_argument("--deployment", default="", help="deployment name (traffic splits)")
-    ctl.add_argument("--version", default="", help="deployment version, e.g. a checkpoint id")
-    ctl.add_argument("--weight", type=int, default=1, help="routing weight (default: %(default)s)")
+    add(ctl, "--controller", metavar="HOST:PORT[,HOST:PORT]",
+        help="register with this controller (or these, for failover) and heartbeat")
+    add(ctl, "--advertise-address", metavar="HOST:PORT",
+        help="the address the controller hands to coordinators (default: host:port)")
+    add(ctl, "--served-model-name", metavar="NAME",
+        help="the model name requests ask for: in Status, ModelInfo and the registration "
+             "with the controller (default: the checkpoint directory's name)")
+    add(ctl, "--deployment", help="deployment name (traffic splits)")
+    add(ctl, "--version", help="deployment version, e.g. a checkpoint id")
+    add(ctl, "--weight", type=int, help="routing weight (default: %(default)s)")
 
     pd = parser.add_argument_group("prefill/decode split")
-    pd.add_argument("--role", choices=NAMES, default=Role.MIXED.value,
-                    help="what routers send here; changeable at run time (default: %(default)s)")
-    pd.add_argument("--node", default=None,
-                    help="node name: KV moves over HCCS between workers of one node, else over the "
-                         "inter-node link (default: the host name)")
-    pd.add_argument("--kv-pull-timeout", type=float, default=5.0,
-                    help="decode side: seconds a KV pull may take before the prompt is computed "
-                         "here instead (default: %(default)s)")
-    pd.add_argument("--kv-pin-timeout", type=float, default=30.0,
-                    help="prefill side: pinned KV is freed after this many seconds if no decode "
-                         "instance released it (default: %(default)s)")
+    add(pd, "--role", choices=NAMES, help="what routers send here; changeable at run time (default: %(default)s)")
+    add(pd, "--node",
+        help="node name: KV moves over HCCS between workers of one node, else over the "
+             "inter-node link (default: the host name)")
+    add(pd, "--kv-pull-timeout", type=float, setting="kv_pull_timeout_s",
+        help="decode side: seconds a KV pull may take before the prompt is computed "
+             "here instead (default: %(default)s)")
+    add(pd, "--kv-pin-timeout", type=float, setting="engine.kv_pin_ttl_s",
+        help="prefill side: pinned KV is freed after this many seconds if no decode "
+             "instance released it (default: %(default)s)")
 
     from mindmotor.common.rpc_args import add_arguments as add_rpc_arguments
 
     add_rpc_arguments(parser)
 
     eng = parser.add_argument_group("engine")
-    eng.add_argument("--model", default=None, help="checkpoint directory (default: the bundled demo model)")
-    eng.add_argument("--device", default="910B3", help="emulated device (default: %(default)s)")
-    eng.add_argument("--emulate", default=None, metavar="PROFILE",
-                     help="emulated model profile, e.g. qwen2-7b, or a Hugging Face config.json "
-                          "(default: the served model's shape)")
-    eng.add_argument("--tp", type=int, default=1, help="tensor parallel degree of the profile (default: 1)")
-    eng.add_argument("--timing", choices=("realtime", "virtual"), default="realtime",
-                     help="realtime: steps take the emulated time; virtual: no waiting (default: %(default)s)")
-    eng.add_argument("--memory-fraction", type=float, default=0.8, help="of HBM (default: %(default)s)")
-    eng.add_argument("--block-size", type=int, default=16, help="tokens per KV block (default: %(default)s)")
-    eng.add_argument("--num-blocks", type=int, default=None, help="KV pool size (default: from the device plan)")
-    eng.add_argument("--max-num-seqs", type=int, default=256, help="(default: %(default)s)")
-    eng.add_argument("--max-num-batched-tokens", type=int, default=8192,
-                     help="tokens one step computes, decodes and prefill chunks together (default: %(default)s)")
-    eng.add_argument("--long-prefill-token-threshold", type=int, default=0, metavar="N",
-                     help="new tokens of one prompt per step, with chunked prefill; 0: no cap beyond "
-                          "the step's budgets (default: %(default)s)")
-    eng.add_argument("--max-num-partial-prefills", type=int, default=1, metavar="N",
-                     help="prompts part-way through a chunked prefill at once; one that would start "
-                          "another waits, shorter ones that fit whole go first (default: %(default)s)")
-    eng.add_argument("--max-num-batched-attention", type=_attention, default=None, metavar="PAIRS|auto",
-                     help="query-key pairs of prefill attention one step computes (a chunk of c tokens "
-                          "after p computed ones: c*p + c*(c+1)/2), so that a long prompt holds back other "
-                          "requests' tokens for one bounded step; auto: about 30 ms of the served model's "
-                          "attention on the host (131072 for the bundled model); 0: no limit (default: auto)")
-    eng.add_argument("--max-model-len", type=int, default=None, help="(default: the model's context)")
-    eng.add_argument("--kv-host-budget", type=_size, default=None, metavar="SIZE",
-                     help="host memory for KV arrays, e.g. 2GiB, 512MiB or 25%% (of the machine's); past it "
-                          "cached prefix blocks are evicted; it must hold one --max-model-len sequence "
-                          "(default: 10%% of the machine's memory)")
-    eng.add_argument("--no-prefix-caching", action="store_true", help="disable prefix caching")
-    eng.add_argument("--no-chunked-prefill", action="store_true", help="disable chunked prefill")
-    eng.add_argument("--seed", type=int, default=0, help="for requests without a seed (default: 0)")
-    eng.add_argument("--resume-retention", type=float, default=60.0, metavar="S",
-                     help="seconds a request's output tokens are kept after it ended, so that another coordinator "
-                          "can resume its client's stream (Recall); 0: not kept (default: %(default)s)")
-    eng.add_argument("--spec-helpers", type=int, default=1,
-                     help="helper processes that compile structured-output specs before the engine does, "
-                          "so that a spec that crashes the compiler costs a helper, not the worker (default: 1)")
-    eng.add_argument("--spec-timeout", type=float, default=3.0,
-                     help="seconds one spec may take to compile in a helper; longer is INVALID_ARGUMENT "
-                          "(default: %(default)s)")
+    add(eng, "--model", setting="engine.model", help="checkpoint directory (default: the bundled demo model)")
+    add(eng, "--device", setting="engine.device", help="emulated device (default: %(default)s)")
+    add(eng, "--emulate", metavar="PROFILE", setting="engine.emulate",
+        help="emulated model profile, e.g. qwen2-7b, or a Hugging Face config.json "
+             "(default: the served model's shape)")
+    add(eng, "--tp", type=int, setting="engine.tensor_parallel",
+        help="tensor parallel degree of the profile (default: 1)")
+    add(eng, "--timing", choices=("realtime", "virtual"), setting="engine.timing",
+        help="realtime: steps take the emulated time; virtual: no waiting (default: %(default)s)")
+    add(eng, "--memory-fraction", type=float, setting="engine.memory_fraction", help="of HBM (default: %(default)s)")
+    add(eng, "--block-size", type=int, setting="engine.block_size", help="tokens per KV block (default: %(default)s)")
+    add(eng, "--num-blocks", type=int, setting="engine.num_blocks", help="KV pool size (default: from the device plan)")
+    add(eng, "--max-num-seqs", type=int, setting="engine.max_num_seqs", help="(default: %(default)s)")
+    add(eng, "--max-num-batched-tokens", type=int, setting="engine.max_num_batched_tokens",
+        help="tokens one step computes, decodes and prefill chunks together (default: %(default)s)")
+    add(eng, "--long-prefill-token-threshold", type=int, metavar="N", setting="engine.long_prefill_token_threshold",
+        help="new tokens of one prompt per step, with chunked prefill; 0: no cap beyond "
+             "the step's budgets (default: %(default)s)")
+    add(eng, "--max-num-partial-prefills", type=int, metavar="N", setting="engine.max_num_partial_prefills",
+        help="prompts part-way through a chunked prefill at once; one that would start "
+             "another waits, shorter ones that fit whole go first (default: %(default)s)")
+    add(eng, "--max-num-batched-attention", type=_attention, metavar="PAIRS|auto",
+        setting="engine.max_num_batched_attention",
+        help="query-key pairs of prefill attention one step computes (a chunk of c tokens "
+             "after p computed ones: c*p + c*(c+1)/2), so that a long prompt holds back other "
+             "requests' tokens for one bounded step; auto: about 30 ms of the served model's "
+             "attention on the host (131072 for the bundled model); 0: no limit (default: auto)")
+    add(eng, "--max-model-len", type=int, setting="engine.max_model_len", help="(default: the model's context)")
+    add(eng, "--kv-host-budget", type=_size, metavar="SIZE", setting="engine.kv_host_budget_bytes",
+        help="host memory for KV arrays, e.g. 2GiB, 512MiB or 25%% (of the machine's); past it "
+             "cached prefix blocks are evicted; it must hold one --max-model-len sequence "
+             "(default: 10%% of the machine's memory)")
+    add(eng, "--no-prefix-caching", action="store_true", setting="engine.enable_prefix_caching",
+        convert=lambda given: not given, help="disable prefix caching")
+    add(eng, "--no-chunked-prefill", action="store_true", setting="engine.enable_chunked_prefill",
+        convert=lambda given: not given, help="disable chunked prefill")
+    add(eng, "--seed", type=int, setting="engine.seed", help="for requests without a seed (default: 0)")
+    add(eng, "--resume-retention", type=float, metavar="S", setting="resume_retention_s",
+        help="seconds a request's output tokens are kept after it ended, so that another coordinator "
+             "can resume its client's stream (Recall); 0: not kept (default: %(default)s)")
+    add(eng, "--spec-helpers", type=int,
+        help="helper processes that compile structured-output specs before the engine does, "
+             "so that a spec that crashes the compiler costs a helper, not the worker (default: 1)")
+    add(eng, "--spec-timeout", type=float, setting="spec_timeout_s",
+        help="seconds one spec may take to compile in a helper; longer is INVALID_ARGUMENT "
+             "(default: %(default)s)")
 
 
-def _attention(text: str) -> int | None:
-    """`--max-num-batched-attention`: a number of query-key pairs, or "auto" (None)."""
+def _attention(text: str) -> int | str:
+    """`--max-num-batched-attention`: a number of query-key pairs, or "auto" (from the served model)."""
     if text == "auto":
-        return None
+        return text
     try:
         value = int(text)
     except ValueError:
@@ -143,33 +152,10 @@ def _size(text: str) -> int:
 
 
 def config_from_args(args: argparse.Namespace):
-    """ValueError for inconsistent values."""
-    from mindmotor.engine.config import EngineConfig
-
-    from .config import WorkerConfig, default_worker_id
-
-    engine = EngineConfig(
-        model=args.model, device=args.device, emulate=args.emulate, tensor_parallel=args.tp,
-        timing=args.timing, memory_fraction=args.memory_fraction, block_size=args.block_size,
-        num_blocks=args.num_blocks, max_num_seqs=args.max_num_seqs,
-        max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=args.max_model_len,
-        long_prefill_token_threshold=args.long_prefill_token_threshold,
-        max_num_partial_prefills=args.max_num_partial_prefills,
-        max_num_batched_attention=args.max_num_batched_attention,
-        enable_prefix_caching=not args.no_prefix_caching,
-        enable_chunked_prefill=not args.no_chunked_prefill, seed=args.seed, kv_pin_ttl_s=args.kv_pin_timeout,
-        kv_host_budget_bytes=args.kv_host_budget)
-    return WorkerConfig(engine=engine, host=args.host, port=args.port, metrics_port=args.metrics_port,
-                        worker_id=args.worker_id or default_worker_id(), drain_timeout_s=args.drain_timeout,
-                        controller=args.controller, advertise_address=args.advertise_address,
-                        served_model_name=args.served_model_name, deployment=args.deployment,
-                        version=args.version, weight=args.weight,
-                        role=args.role, kv_pull_timeout_s=args.kv_pull_timeout,
-                        max_concurrent_requests=args.max_concurrent_requests,
-                        spec_helpers=args.spec_helpers, spec_timeout_s=args.spec_timeout,
-                        resume_retention_s=args.resume_retention,
-                        stream_keepalive_s=args.stream_keepalive, engine_stall_timeout_s=args.engine_stall_timeout,
-                        **({"node": args.node} if args.node else {}))
+    """The worker's settings: the flags given, then $MINDMOTOR_*, then the --config file.
+    ValueError (pydantic's ValidationError) for inconsistent values, FileNotFoundError for a
+    missing file."""
+    return FLAGS.load(args)
 
 
 def worker_id_for(given: str | None, cert_pem: bytes | None) -> str:
@@ -194,16 +180,21 @@ def run_worker(args: argparse.Namespace) -> int:
     import logging
 
     from mindmotor.common.logging import setup_logging
+    from mindmotor.common.settings import error_text
 
-    setup_logging("worker", args.log_level)
+    setup_logging("worker", args.log_level or "INFO")
     log = logging.getLogger("mindmotor.worker")
     try:
-        from dataclasses import replace
-
+        config = config_from_args(args)
+    except (ValueError, OSError) as exc:              # bad settings (one line each), a missing file
+        log.error("worker failed", extra={"error": error_text(exc, FLAGS.settings)})
+        return 1
+    setup_logging("worker", config.log_level)
+    try:
         from mindmotor.common.rpc import configure_from_args
 
         sec = configure_from_args(args)
-        config = replace(config_from_args(args), worker_id=worker_id_for(args.worker_id, sec.cert))
+        config = config.model_copy(update={"worker_id": worker_id_for(config.given_worker_id(), sec.cert)})
         from .server import serve
 
         return asyncio.run(serve(config))

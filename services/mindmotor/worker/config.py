@@ -1,69 +1,91 @@
-"""`WorkerConfig`: where a worker listens, who it is, how long it drains; plus its engine's config."""
+"""`WorkerConfig`: where a worker listens, who it is, how long it drains, and its engine — from
+flags, `MINDMOTOR_*` environment variables and a YAML file (common/settings.py).
+
+    port: 50051
+    controller: 10.0.0.2:50050
+    role: prefill
+    engine:                      # the engine's own settings (engine/config.py); keys not given keep
+      model: /ckpt/qwen2-7b      # the worker's defaults; environment: MINDMOTOR_ENGINE__MAX_NUM_SEQS=64
+      max_num_seqs: 64
+      kv_host_budget_bytes: 2GiB
+
+The engine's settings stay `EngineConfig`, the frozen dataclass the offline `LLM` takes too: the
+worker validates a mapping into one, with its own defaults where they differ from the library's
+(realtime timing, an automatic attention budget).
+"""
 
 from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass, field
+from typing import Annotated, Any
 
-from mindmotor.common.roles import NAMES, Role
+from pydantic import Field, field_validator
+
+from mindmotor.common.exposure import DEFAULT_HOST
+from mindmotor.common.roles import Role
+from mindmotor.common.settings import ServiceSettings
 from mindmotor.engine.config import EngineConfig
 
 READY_PREFIX = "MINDMOTOR_WORKER_READY"
+Port = Field(ge=0, le=65535)
+# Where `mindmotor worker` differs from the library's defaults: it serves in real time, and bounds a
+# step's prefill attention by the served model's host cost (engine/step_budget.py).
+ENGINE_DEFAULTS = EngineConfig(timing="realtime", max_num_batched_attention=None)
 
 
 def default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
-@dataclass(frozen=True)
-class WorkerConfig:
-    engine: EngineConfig = field(default_factory=EngineConfig)
-    host: str = "0.0.0.0"
-    port: int = 50051                 # gRPC; 0: pick a free port (see the ready line)
-    metrics_port: int = 0             # Prometheus /metrics; 0: pick a free port
-    worker_id: str = field(default_factory=default_worker_id)
-    drain_timeout_s: float = 30.0     # SIGTERM: longest wait for in-flight requests
-    role: str = Role.MIXED.value      # "mixed" | "prefill" | "decode" (changeable: SetRole)
-    node: str = field(default_factory=socket.gethostname)  # same node: KV moves over HCCS
-    kv_pull_timeout_s: float = 5.0    # decode side: longest KV pull before prefilling locally
-    role_drain_timeout_s: float = 30.0  # a role switch waits this long for in-flight requests
-    max_concurrent_requests: int = 4096  # Generate/Prefill calls served at once; more: RESOURCE_EXHAUSTED
-    stream_keepalive_s: float = 1.0   # a Generate stream silent this long gets a keepalive message; 0: never
-    engine_stall_timeout_s: float = 10.0  # no keepalives once the engine thread has not gone round its
-                                          # loop for this long (stuck in a step)
-    controller: str | None = None     # "host:port[,host:port...]": register and heartbeat there
-    advertise_address: str | None = None  # the address others should dial (default: host:port)
-    served_model_name: str | None = None  # the model name served (Status, ModelInfo, registration);
-                                          # None: the checkpoint directory's name
-    deployment: str = ""              # for canary / A-B traffic splits
+class WorkerConfig(ServiceSettings):
+    engine: EngineConfig = ENGINE_DEFAULTS
+    host: str = DEFAULT_HOST
+    port: Annotated[int, Port] = 50051               # gRPC; 0: pick a free port (see the ready line)
+    metrics_port: Annotated[int, Port] = 0           # Prometheus /metrics; 0: pick a free port
+    worker_id: str = Field(default_factory=default_worker_id)   # under mutual TLS: its certificate's name
+    drain_timeout_s: float = Field(30.0, ge=0)       # SIGTERM: longest wait for in-flight requests
+    role: Role = Role.MIXED                          # changeable: SetRole
+    node: str = Field(default_factory=socket.gethostname)  # same node: KV moves over HCCS
+    kv_pull_timeout_s: float = Field(5.0, gt=0)      # decode side: longest KV pull before prefilling locally
+    role_drain_timeout_s: float = Field(30.0, ge=0)  # a role switch waits this long for in-flight requests
+    max_concurrent_requests: int = Field(4096, ge=1)  # Generate/Prefill calls served at once; more: RESOURCE_EXHAUSTED
+    stream_keepalive_s: float = Field(1.0, ge=0)     # a Generate stream silent this long gets a keepalive message;
+                                                     # 0: never
+    engine_stall_timeout_s: float = Field(10.0, gt=0)  # no keepalives once the engine thread has not gone round
+                                                       # its loop for this long (stuck in a step)
+    controller: str | None = None                    # "host:port[,host:port...]": register and heartbeat there
+    advertise_address: str | None = None             # the address others should dial (default: host:port)
+    served_model_name: str | None = None             # the model name served (Status, ModelInfo, registration);
+                                                     # None: the checkpoint directory's name
+    deployment: str = ""                             # for canary / A-B traffic splits
     version: str = ""
     weight: int = 1
-    resume_retention_s: float = 60.0  # a call's output is kept this long after it ended (Recall); 0: not kept
-    spec_helpers: int = 1             # helper processes that check structured-output specs (mindmotor.sandbox)
-    spec_timeout_s: float = 3.0       # one spec's compile in a helper; longer: INVALID_ARGUMENT (below the
-                                      # coordinator's stream progress deadline: no keepalives while checked)
+    resume_retention_s: float = Field(60.0, ge=0)    # a call's output is kept this long after it ended (Recall)
+    spec_helpers: int = Field(1, ge=1)               # helper processes that check structured-output specs
+    spec_timeout_s: float = Field(3.0, gt=0)         # one spec's compile in a helper; longer: INVALID_ARGUMENT
+                                                     # (below the coordinator's stream progress deadline)
+    log_level: str = "INFO"
 
-    def __post_init__(self):
-        if not 0 <= self.port <= 65535 or not 0 <= self.metrics_port <= 65535:
-            raise ValueError(f"ports must be in [0, 65535], got {self.port} and {self.metrics_port}")
-        if self.role not in NAMES:
-            raise ValueError(f"role must be one of mixed, prefill, decode, got {self.role!r}")
-        if self.kv_pull_timeout_s <= 0:
-            raise ValueError(f"the KV pull timeout must be positive, got {self.kv_pull_timeout_s}")
-        if self.max_concurrent_requests < 1:
-            raise ValueError(f"max_concurrent_requests must be at least 1, got {self.max_concurrent_requests}")
-        if self.resume_retention_s < 0:
-            raise ValueError(f"resume_retention_s must be at least 0, got {self.resume_retention_s}")
-        if self.spec_helpers < 1 or self.spec_timeout_s <= 0:
-            raise ValueError(f"spec_helpers must be at least 1 and spec_timeout_s positive, got "
-                             f"{self.spec_helpers} and {self.spec_timeout_s}")
-        if self.drain_timeout_s < 0:
-            raise ValueError(f"drain timeout must be at least 0, got {self.drain_timeout_s}")
-        if self.stream_keepalive_s < 0:
-            raise ValueError(f"the stream keepalive interval must be at least 0, got {self.stream_keepalive_s}")
-        if self.engine_stall_timeout_s <= 0:
-            raise ValueError(f"the engine stall timeout must be positive, got {self.engine_stall_timeout_s}")
+    @field_validator("engine", mode="before")
+    @classmethod
+    def _engine_text(cls, value: Any) -> Any:
+        """Sizes as text ("2GiB", "25%") and "auto" where the flags take them."""
+        if not isinstance(value, dict):
+            return value
+        value = dict(value)
+        budget = value.get("kv_host_budget_bytes")
+        if isinstance(budget, str) and not budget.strip().isdigit():
+            from mindmotor.engine.host_memory import parse_size
+
+            value["kv_host_budget_bytes"] = parse_size(budget)
+        if value.get("max_num_batched_attention") == "auto":
+            value["max_num_batched_attention"] = None
+        return value
+
+    def given_worker_id(self) -> str | None:
+        """The worker id as configured; None when it was left to the default."""
+        return self.worker_id if "worker_id" in self.model_fields_set else None
 
 
 def ready_line(port: int, metrics_port: int) -> str:

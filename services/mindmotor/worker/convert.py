@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from mindmotor.vocabulary import FinishReason
 from mindmotor.engine.continuation import Continuation, KVSource
 from mindmotor.rules.constraint import Constraint
 from mindmotor.engine.output import RequestOutput
@@ -74,7 +75,7 @@ def prefill_response(out: RequestOutput, prompt_token_ids: list[int], node: str,
                      ) -> pb.PrefillResponse:
     """The first token of a prefill-only request; a handle when its KV is pinned (it continues on a
     decode instance), else the finish reason (the first token already ended it)."""
-    pinned = out.finish_reason == "prefilled"
+    pinned = out.finish_reason == FinishReason.PREFILLED
     response = pb.PrefillResponse(
         handle=out.request_id if pinned else "", token_ids=out.new_token_ids, text=out.new_text,
         logprobs=[_token_logprob(lp) for lp in out.new_logprobs],

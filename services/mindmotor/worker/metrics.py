@@ -17,6 +17,7 @@ from prometheus_client.registry import Collector
 
 from mindmotor.common import vllm_metrics as V
 from mindmotor.common.roles import Role
+from mindmotor.vocabulary import SUCCESSFUL_FINISHES, FinishReason
 
 from .latency_window import LatencyWindow
 
@@ -210,9 +211,9 @@ class RequestTimer:
         self._tokens += count
         self._last_token_at = now
 
-    def on_finish(self, finish_reason: str) -> None:
+    def on_finish(self, finish_reason: FinishReason) -> None:
         self.metrics.requests.labels(finish_reason=finish_reason).inc()
-        if finish_reason in ("stop", "length", "abort"):
+        if finish_reason in SUCCESSFUL_FINISHES:
             self.metrics.vllm_success.labels(self.metrics.model_name, finish_reason).inc()
         e2e = self._last_token_at - self.started if self._last_token_at is not None else self.elapsed_s
         self.metrics.vllm_e2e.labels(self.metrics.model_name).observe(e2e)     # to the last token

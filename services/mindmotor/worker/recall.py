@@ -17,7 +17,7 @@ from typing import Callable
 class Recalled:
     digest: bytes
     output_token_ids: list[int] = field(default_factory=list)
-    finish_reason: str = ""
+    finish_reason: str = ""               # a FinishReason, "" while the call runs
     stop_reason: int | str | None = None
     ended_at: float | None = None          # monotonic; None while the call runs
 

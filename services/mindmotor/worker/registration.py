@@ -16,10 +16,11 @@ import logging
 import socket
 
 from mindmotor.common.roles import Role
+from mindmotor.vocabulary import WorkerState
 from mindmotor.controller.client import InstanceAgent, InstanceLoad
 from mindmotor.protocol import controller_pb2
 
-from .admission import DRAINING, FAILED, Admission
+from .admission import Admission
 from .config import WorkerConfig
 from .service import WorkerService
 
@@ -53,8 +54,8 @@ async def start_agent(config: WorkerConfig, port: int, metrics_port: int, servic
         tpot_p90, tpot_n = service.metrics.recent_tpot.percentile(90)
         return InstanceLoad(running=current.load.running, waiting=current.load.waiting,
                             kv_usage=current.load.kv_usage, role=Role.from_proto(current.role),
-                            # a failed worker (dead engine) is not routable: the controller knows "draining"
-                            state=DRAINING if admission.state == FAILED else admission.state,
+                            # a failed worker (dead engine) is not routable: the controller knows DRAINING
+                            state=WorkerState.DRAINING if admission.state == WorkerState.FAILED else admission.state,
                             ttft_p90_s=ttft_p90, tpot_p90_s=tpot_p90, ttft_samples=ttft_n, tpot_samples=tpot_n)
 
     async def on_drain(reason: str) -> None:

@@ -33,6 +33,7 @@ import grpc
 
 from mindmotor.common.logging import request_context
 from mindmotor.common.roles import Role
+from mindmotor.vocabulary import FinishReason, RefusalReason
 from mindmotor.engine.async_engine import KEEPALIVE, AsyncLLMEngine, EngineDeadError, RequestFailed
 from mindmotor.engine.continuation import Continuation
 from mindmotor.engine.llm_engine import RequestError
@@ -104,7 +105,7 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
         """Refuse (raising) when the engine died, when draining, when at the concurrency limit, for
         a duplicate id or a malformed request."""
         if self.engine.dead is not None or self.admission.failed:
-            self.metrics.refused.labels(reason="engine_dead").inc()
+            self.metrics.refused.labels(reason=RefusalReason.ENGINE_DEAD).inc()
             await _refuse(context, grpc.StatusCode.UNAVAILABLE,
                           "this worker's engine has stopped; the worker is going away: send it elsewhere",
                           ENGINE_DEAD)
@@ -112,7 +113,7 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
             await _refuse(context, grpc.StatusCode.UNAVAILABLE,
                           "the worker is draining and takes no new requests; send it elsewhere")
         if self.admission.full:
-            self.metrics.refused.labels(reason="busy").inc()
+            self.metrics.refused.labels(reason=RefusalReason.BUSY).inc()
             await _refuse(context, grpc.StatusCode.RESOURCE_EXHAUSTED,
                           f"the worker is at its limit of {self.admission.max_in_flight} concurrent requests; "
                           "send it elsewhere or retry later")
@@ -127,10 +128,10 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                 await self.specs.check(params.structured)    # a helper compiles it first (mindmotor.sandbox)
             return prompt, params, continuation
         except ValueError as exc:
-            self.metrics.refused.labels(reason="invalid_argument").inc()
+            self.metrics.refused.labels(reason=RefusalReason.INVALID_ARGUMENT).inc()
             await _refuse(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc), param=getattr(exc, "param", None))
         except SpecsBusy as exc:
-            self.metrics.refused.labels(reason="busy").inc()
+            self.metrics.refused.labels(reason=RefusalReason.BUSY).inc()
             await _refuse(context, grpc.StatusCode.RESOURCE_EXHAUSTED,
                           f"the structured-output compilers of this worker are busy: {exc}")
 
@@ -139,7 +140,7 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
         """Write every output of `open_outputs()` (raises RequestError for a refused request),
         each also kept in `record` (Recall)."""
         timer = self.metrics.request_timer()
-        finish_reason = "cancelled"          # unless the engine finishes it: the client went away
+        finish_reason = FinishReason.CANCELLED  # unless the engine finishes it: the client went away
         try:
             async with aclosing(open_outputs()) as outputs:
                 async for out in outputs:
@@ -162,21 +163,21 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                     await context.write(response_from_output(out))
         except RequestError as exc:
             finish_reason = None
-            self.metrics.refused.labels(reason="invalid_argument").inc()
+            self.metrics.refused.labels(reason=RefusalReason.INVALID_ARGUMENT).inc()
             await _refuse(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc), param=exc.param)
         except RequestFailed as exc:
-            finish_reason = "error"
+            finish_reason = FinishReason.ERROR
             await _refuse(context, grpc.StatusCode.INTERNAL, f"the engine failed this request: {exc}",
                           REQUEST_FAILED)
         except EngineDeadError as exc:
-            finish_reason = "error"
+            finish_reason = FinishReason.ERROR
             log.error("the engine is dead", extra={"error": str(exc)})
             await _refuse(context, grpc.StatusCode.UNAVAILABLE, f"this worker's engine has stopped: {exc}",
                           ENGINE_DEAD)
         finally:
             if finish_reason is not None:
                 timer.on_finish(finish_reason)
-            if finish_reason == "cancelled":
+            if finish_reason == FinishReason.CANCELLED:
                 log.info("request cancelled by the client; aborted", extra={"duration_s": timer.elapsed_s})
 
     # ---- Abort, Status, ModelInfo, Drain ----------------------------------------------------------------
@@ -233,16 +234,16 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                         async for out in outputs:
                             timer.on_tokens(len(out.new_token_ids))
                 except RequestError as exc:
-                    self.metrics.refused.labels(reason="invalid_argument").inc()
+                    self.metrics.refused.labels(reason=RefusalReason.INVALID_ARGUMENT).inc()
                     await _refuse(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc), param=exc.param)
                 except RequestFailed as exc:
-                    timer.on_finish("error")
+                    timer.on_finish(FinishReason.ERROR)
                     await _refuse(context, grpc.StatusCode.INTERNAL, f"the engine failed this request: {exc}",
                                   REQUEST_FAILED)
                 except EngineDeadError as exc:
                     await _refuse(context, grpc.StatusCode.UNAVAILABLE, f"this worker's engine has stopped: {exc}",
                                   ENGINE_DEAD)
-                timer.on_finish(out.finish_reason or "prefilled")
+                timer.on_finish(out.finish_reason or FinishReason.PREFILLED)
                 log.info("prefill done", extra={"finish_reason": out.finish_reason,
                                                 "prompt_tokens": len(ids), "ttft_s": timer.ttft_s,
                                                 "cached_tokens": out.num_cached_tokens})

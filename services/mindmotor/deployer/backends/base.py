@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from ..spec import DeploymentSpec, VersionSpec
 
-STARTING, RUNNING, STOPPING, CRASHED = "starting", "running", "stopping", "crashed"
+from mindmotor.vocabulary import ReplicaPhase
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class Replica:
     deployment: str
     version: str
     slot: int
-    phase: str                  # STARTING | RUNNING | STOPPING | CRASHED
+    phase: ReplicaPhase
     instance_id: str = ""       # the id it registers with the controller
     started_at: float = 0.0     # unix seconds
     exited_at: float = 0.0      # CRASHED: when

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import logging
 
-from .base import RUNNING, STARTING, Backend, Replica, VersionTarget
+from mindmotor.vocabulary import ReplicaPhase
+
+from .base import Backend, Replica, VersionTarget
 from .kube_api import KubeAPI
 from .manifests import DEPLOYMENT_LABEL, MANAGED_BY, VERSION_LABEL, object_name, render_version, version_labels
 
@@ -45,7 +47,8 @@ class KubernetesBackend(Backend):
             ready = min(desired, int(obj.get("status", {}).get("readyReplicas", 0) or 0))
             total = counts.setdefault(key, [0, 0])
             total[0], total[1] = total[0] + desired, total[1] + ready
-        return [Replica(deployment=d, version=v, slot=slot, phase=RUNNING if slot < ready else STARTING)
+        return [Replica(deployment=d, version=v, slot=slot,
+                        phase=ReplicaPhase.RUNNING if slot < ready else ReplicaPhase.STARTING)
                 for (d, v), (desired, ready) in sorted(counts.items()) for slot in range(desired)]
 
     async def scale(self, target: VersionTarget, replicas: int) -> None:

@@ -41,10 +41,11 @@ from pathlib import Path
 from typing import Callable
 
 from mindmotor.common.certs import CertError
+from mindmotor.vocabulary import ReplicaPhase
 from mindmotor.runtime.detached_process import DetachedProcess, SpawnError
 from mindmotor.runtime.subreaper import become_subreaper, reap_orphans
 
-from .base import CRASHED, RUNNING, STARTING, STOPPING, Backend, Replica, VersionTarget
+from .base import Backend, Replica, VersionTarget
 from .command import instance_id, worker_args
 from .replica_identity import ReplicaIdentities
 from .worker_env import worker_environment
@@ -123,7 +124,7 @@ class LocalBackend(Backend):
 
     async def restart(self, replica: Replica, target: VersionTarget) -> None:
         local = self._replicas.get((replica.deployment, replica.version, replica.slot))
-        if local is not None and local.replica.phase == CRASHED:
+        if local is not None and local.replica.phase == ReplicaPhase.CRASHED:
             self._spawn(target, replica.slot, failures=local.replica.failures)
             self._save()
 
@@ -156,7 +157,7 @@ class LocalBackend(Backend):
     def _save(self) -> None:
         records = {f"{k[0]}/{k[1]}/{k[2]}": {"replica": asdict(local.replica), "process": local.process.to_dict(),
                                              "ready": local.ready, "cert_expires": local.cert_expires}
-                   for k, local in sorted(self._replicas.items()) if local.replica.phase != CRASHED}
+                   for k, local in sorted(self._replicas.items()) if local.replica.phase != ReplicaPhase.CRASHED}
         text = json.dumps(records, sort_keys=True, indent=1)
         if text == self._saved:
             return
@@ -184,7 +185,7 @@ class LocalBackend(Backend):
                 continue
             local = _Local(replica, process, ready=dict(record.get("ready") or {}),
                            cert_expires=float(record.get("cert_expires") or 0.0))
-            if replica.phase == STOPPING:
+            if replica.phase == ReplicaPhase.STOPPING:
                 local.stop_deadline = now + self.drain_timeout_s + KILL_GRACE_S
             self._replicas[(replica.deployment, replica.version, replica.slot)] = local
             self.adopted += 1
@@ -202,8 +203,8 @@ class LocalBackend(Backend):
         args = worker_args(target, target.version.role_of(slot), self.controller, worker_id)
         args += ["--host", self.host, "--port", "0", "--metrics-port", "0"]
         log_path = self.log_dir / f"{worker_id}.log"
-        replica = Replica(deployment=deployment, version=version, slot=slot, phase=STARTING, instance_id=worker_id,
-                          started_at=self.clock(), failures=failures, log=str(log_path))
+        replica = Replica(deployment=deployment, version=version, slot=slot, phase=ReplicaPhase.STARTING,
+                          instance_id=worker_id, started_at=self.clock(), failures=failures, log=str(log_path))
         try:
             tls_env, cert_expires = self.identities.issue(worker_id)
             process = DetachedProcess.spawn([sys.executable, "-m", "mindmotor.cli", *args], log_path,
@@ -212,7 +213,7 @@ class LocalBackend(Backend):
         except (SpawnError, CertError, OSError) as exc:
             log.error("replica did not start", extra={"deployment": deployment, "version": version, "slot": slot,
                                                       "error": str(exc)})
-            replica = replace(replica, phase=CRASHED, exited_at=self.clock(), failures=failures + 1)
+            replica = replace(replica, phase=ReplicaPhase.CRASHED, exited_at=self.clock(), failures=failures + 1)
             self._replicas[(deployment, version, slot)] = _Local(replica, DetachedProcess(-1, -1, "", "", _gone=True))
             return
         self._replicas[(deployment, version, slot)] = _Local(
@@ -228,9 +229,10 @@ class LocalBackend(Backend):
         replica of a version at a time."""
         for deployment, version in sorted({key[:2] for key in self._replicas}):
             mine = self._of(deployment, version)
-            if any(local.replica.phase in (STARTING, STOPPING) for _, local in mine):
+            if any(local.replica.phase in (ReplicaPhase.STARTING, ReplicaPhase.STOPPING) for _, local in mine):
                 continue
-            due = [(key, local) for key, local in mine if local.replica.phase == RUNNING and local.cert_expires
+            due = [(key, local) for key, local in mine
+                   if local.replica.phase == ReplicaPhase.RUNNING and local.cert_expires
                    and now > local.cert_expires - RENEW_BEFORE_S]
             if due:
                 key, local = min(due, key=lambda item: item[1].cert_expires)
@@ -243,38 +245,38 @@ class LocalBackend(Backend):
         self.identities.forget(local.replica.instance_id)
 
     def _drain(self, key: Key, local: _Local) -> None:
-        if local.replica.phase == CRASHED:
+        if local.replica.phase == ReplicaPhase.CRASHED:
             self._forget(key, local)
-        elif local.replica.phase != STOPPING:
+        elif local.replica.phase != ReplicaPhase.STOPPING:
             local.process.signal(signal.SIGTERM)
-            local.replica = replace(local.replica, phase=STOPPING)
+            local.replica = replace(local.replica, phase=ReplicaPhase.STOPPING)
             local.stop_deadline = self.clock() + self.drain_timeout_s + KILL_GRACE_S
             log.info("replica draining", extra={"deployment": key[0], "version": key[1], "slot": key[2],
                                                 "pid": local.process.pid})
 
     def _refresh(self, key: Key, local: _Local, now: float) -> None:
         replica = local.replica
-        if replica.phase == CRASHED:
+        if replica.phase == ReplicaPhase.CRASHED:
             return
         if not local.process.alive():
             code = local.process.exit_code
-            if replica.phase == STOPPING:
+            if replica.phase == ReplicaPhase.STOPPING:
                 self._forget(key, local)
                 log.info("replica stopped", extra={"deployment": key[0], "version": key[1], "slot": key[2],
                                                    "exit_code": code})
                 return
             quick = now - replica.started_at < self.stable_after_s
-            local.replica = replace(replica, phase=CRASHED, exited_at=now, exit_code=code,
+            local.replica = replace(replica, phase=ReplicaPhase.CRASHED, exited_at=now, exit_code=code,
                                     failures=replica.failures + 1 if quick else 1)
             log.warning("replica exited unexpectedly", extra={
                 "deployment": key[0], "version": key[1], "slot": key[2], "exit_code": code,
                 "failures": local.replica.failures, "log": replica.log})
-        elif replica.phase == STARTING and (ready := local.process.poll_ready(WORKER_READY)) is not None:
+        elif replica.phase == ReplicaPhase.STARTING and (ready := local.process.poll_ready(WORKER_READY)) is not None:
             local.ready = ready
-            local.replica = replace(replica, phase=RUNNING)
+            local.replica = replace(replica, phase=ReplicaPhase.RUNNING)
             log.info("replica serving", extra={"deployment": key[0], "version": key[1], "slot": key[2],
                                                "port": ready.get("port")})
-        elif replica.phase == STOPPING and now > local.stop_deadline:
+        elif replica.phase == ReplicaPhase.STOPPING and now > local.stop_deadline:
             log.warning("replica did not drain in time; killing it", extra={
                 "deployment": key[0], "version": key[1], "slot": key[2]})
             local.process.signal(signal.SIGKILL)
