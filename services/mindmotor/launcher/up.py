@@ -52,7 +52,7 @@ from mindmotor.runtime.backoff import RestartBackoff
 from mindmotor.runtime.child_process import ChildProcessError
 from mindmotor.runtime.liveness import LivenessProbe
 from mindmotor.runtime.subreaper import become_subreaper
-from mindmotor.runtime.supervisor import RUNNING, Service, Supervisor
+from mindmotor.runtime.supervisor import Service, Supervisor
 from mindmotor.runtime.supervisor_metrics import SupervisorMetrics
 
 from .cluster_pki import child_environments
