@@ -136,7 +136,11 @@ def run_coordinator(args: argparse.Namespace) -> int:
 
         configure_from_args(args)
     except (ValueError, ValidationError, FileNotFoundError) as exc:
-        log.error("bad coordinator settings", extra={"error": str(exc)})
+        from mindmotor.common.settings import error_text
+
+        from .config import CoordinatorSettings
+
+        log.error("bad coordinator settings", extra={"error": error_text(exc, CoordinatorSettings)})
         return 2
     setup_logging("coordinator", settings.log_level)
     if args.replicas > 1:

@@ -20,16 +20,16 @@ Environment lists are comma-separated (`MINDMOTOR_API_KEYS=sk-one,sk-two`,
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import uuid
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
-from pydantic_settings import (BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict,
-                               YamlConfigSettingsSource)
+from pydantic_settings import NoDecode
+
+from mindmotor.common.settings import ServiceSettings, split_list
 
 READY_PREFIX = "MINDMOTOR_COORDINATOR_READY"
 POLICY_NAMES = ("round_robin", "weighted_round_robin", "least_load", "cache_aware")
@@ -56,17 +56,11 @@ class WorkerEntry(BaseModel):
         return cls(**fields)
 
 
-def _split_list(value: Any) -> Any:
-    if isinstance(value, str):
-        value = value.strip()
-        if value.startswith("["):
-            return json.loads(value)
-        return [part.strip() for part in value.split(",") if part.strip()]
-    return value
+class CoordinatorSettings(ServiceSettings):
+    """The coordinator's settings: flags > `MINDMOTOR_*` environment > the YAML file (`--config`) >
+    the defaults below, as every service's (common/settings.py: unknown keys in the file refused)."""
 
-
-class CoordinatorSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="MINDMOTOR_", extra="ignore", validate_default=True)
+    secrets: ClassVar[dict[str, str]] = {"redis_url": "Redis URL", "resume_key": "stream resume key"}
 
     # serving
     host: str = "127.0.0.1"                          # standalone: loopback unless told otherwise
@@ -162,23 +156,23 @@ class CoordinatorSettings(BaseSettings):
     @field_validator("workers", mode="before")
     @classmethod
     def _workers(cls, value: Any) -> Any:
-        value = _split_list(value)
+        value = split_list(value)
         return [WorkerEntry.parse(v) if isinstance(v, str) else v for v in (value or [])]
 
     @field_validator("controllers", mode="before")
     @classmethod
     def _controllers(cls, value: Any) -> Any:
-        return [str(v) for v in (_split_list(value) or [])]
+        return [str(v) for v in (split_list(value) or [])]
 
     @field_validator("api_keys", mode="before")
     @classmethod
     def _api_keys(cls, value: Any) -> Any:
-        return [str(v) for v in (_split_list(value) or [])]
+        return [str(v) for v in (split_list(value) or [])]
 
     @field_validator("cors_allowed_origins", "cors_allowed_methods", "cors_allowed_headers", mode="before")
     @classmethod
     def _cors_lists(cls, value: Any) -> Any:
-        return [str(v) for v in (_split_list(value) or [])]
+        return [str(v) for v in (split_list(value) or [])]
 
     @field_validator("http_protocol")
     @classmethod
@@ -193,13 +187,11 @@ class CoordinatorSettings(BaseSettings):
     def _secrets(self) -> "CoordinatorSettings":
         """The Redis URL from its file; the key file checked (read by `APIKeys`, which re-reads it
         when it changes); every secret registered for redaction."""
-        from mindmotor.common.secrets import secret, secret_list
+        from mindmotor.common.secrets import secret_list
 
         self.api_keys = secret_list("API keys", self.api_keys)
         if self.api_key_file:
             secret_list("API keys", file=self.api_key_file)
-        self.redis_url = secret("Redis URL", self.redis_url, self.redis_url_file)
-        self.resume_key = secret("stream resume key", self.resume_key, self.resume_key_file)
         if bool(self.https_cert) != bool(self.https_key):
             raise ValueError("HTTPS needs both a certificate (--https-cert) and its key (--https-key)")
         for what, path in (("certificate", self.https_cert), ("key", self.https_key)):
@@ -242,20 +234,7 @@ class CoordinatorSettings(BaseSettings):
 def load_settings(config_file: str | Path | None = None, **overrides: Any) -> CoordinatorSettings:
     """Settings from `overrides` (flags), then the environment, then `config_file` (YAML).
     ValueError (pydantic's ValidationError) for bad values, FileNotFoundError for a missing file."""
-    if config_file is not None and not Path(config_file).is_file():
-        raise FileNotFoundError(f"{config_file}: no such config file")
-
-    class _FromFile(CoordinatorSettings):
-        @classmethod
-        def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
-                                       file_secret_settings) -> tuple[PydanticBaseSettingsSource, ...]:
-            sources: tuple[PydanticBaseSettingsSource, ...] = (init_settings, env_settings)
-            if config_file is not None:
-                sources += (YamlConfigSettingsSource(settings_cls, yaml_file=config_file),)
-            return sources
-
-    loaded = _FromFile(**{k: v for k, v in overrides.items() if v is not None})
-    return CoordinatorSettings.model_construct(**dict(loaded))
+    return CoordinatorSettings.load(config_file, **overrides)
 
 
 def ready_line(port: int, replica_port: int | None = None) -> str:

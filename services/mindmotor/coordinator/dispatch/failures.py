@@ -25,15 +25,14 @@ from __future__ import annotations
 
 import grpc
 
+from mindmotor.vocabulary import FailureKind
+
 from mindmotor.protocol.failure import ENGINE_DEAD, FAILURE_METADATA_KEY, PARAM_METADATA_KEY, REQUEST_FAILED
 
 from mindmotor.coordinator.http.errors import BadRequest, InternalError
 
 MAX_REQUEST_FAILURES = 2                      # instances a request may fail on before it is given up
 
-BUSY = "busy"
-INSTANCE = "instance"
-REQUEST = "request"
 
 REQUEST_ERRORS = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION,
                             grpc.StatusCode.OUT_OF_RANGE})
@@ -56,7 +55,7 @@ class WorkerFailure(Exception):
     request failed there; counts towards MAX_REQUEST_FAILURES). `engine_died`: the instance's
     engine died during the request (marked failed, and counted as a request failure too)."""
 
-    def __init__(self, reason: str, kind: str = INSTANCE, engine_died: bool = False):
+    def __init__(self, reason: str, kind: FailureKind = FailureKind.INSTANCE, engine_died: bool = False):
         super().__init__(reason)
         self.reason = reason
         self.kind = kind
@@ -64,11 +63,11 @@ class WorkerFailure(Exception):
 
     @property
     def marks_instance(self) -> bool:
-        return self.kind == INSTANCE
+        return self.kind == FailureKind.INSTANCE
 
     @property
     def counts_against_request(self) -> bool:
-        return self.kind == REQUEST or self.engine_died
+        return self.kind == FailureKind.REQUEST or self.engine_died
 
 
 class OwnCancellation(Exception):
@@ -107,13 +106,13 @@ def classify(exc: grpc.aio.AioRpcError) -> Exception:
     if is_own_cancellation(exc):
         return OwnCancellation(reason)
     if code in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.CANCELLED):
-        return WorkerFailure(reason, BUSY)
+        return WorkerFailure(reason, FailureKind.BUSY)
     said = worker_says(exc)
     if said == ENGINE_DEAD:
-        return WorkerFailure(reason, INSTANCE, engine_died=True)
+        return WorkerFailure(reason, FailureKind.INSTANCE, engine_died=True)
     if code in FAILED_THERE or said == REQUEST_FAILED:
-        return WorkerFailure(reason, REQUEST)
+        return WorkerFailure(reason, FailureKind.REQUEST)
     if code in INSTANCE_FAILURES:
-        return WorkerFailure(reason, INSTANCE)
+        return WorkerFailure(reason, FailureKind.INSTANCE)
     return InternalError(f"the worker failed the request ({reason})")
 

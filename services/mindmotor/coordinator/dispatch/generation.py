@@ -37,11 +37,12 @@ from typing import AsyncIterator
 import grpc
 
 from mindmotor.protocol import worker_pb2 as pb
+from mindmotor.vocabulary import FailureKind, FinishReason
 from mindmotor.protocol.request_digest import request_digest
 
 from mindmotor.coordinator.dispatch.channels import WorkerChannels
 from mindmotor.coordinator.http.errors import APIError, InternalError, ServiceUnavailable, TooManyRequests
-from mindmotor.coordinator.dispatch.failures import BUSY, MAX_REQUEST_FAILURES, OwnCancellation, WorkerFailure, classify
+from mindmotor.coordinator.dispatch.failures import MAX_REQUEST_FAILURES, OwnCancellation, WorkerFailure, classify
 from mindmotor.coordinator.routing.table import InstanceView
 from mindmotor.coordinator.metrics import ChoiceTimer, CoordinatorMetrics
 from mindmotor.coordinator.dispatch.progress import UNWATCHED, ProgressGuard
@@ -242,7 +243,7 @@ class Generation:
         self.metrics.retries.labels(req.model, reason.split(":", 1)[0]).inc()
         extra = {"instance_id": instance.instance_id, "reason": reason, "kind": failure.kind,
                  "produced_tokens": len(self.produced)}
-        if failure.kind == BUSY:
+        if failure.kind == FailureKind.BUSY:
             self.busy.add(instance.instance_id)
             log.info("instance busy; trying another", extra=extra)
             return
@@ -307,7 +308,7 @@ class Generation:
                     continue
                 if self.handoff is not None:
                     self.handoff.pulled = True      # the decode worker released the KV itself
-                if response.finish_reason == "abort":
+                if response.finish_reason == FinishReason.ABORT:
                     raise WorkerFailure("ABORTED: the worker aborted the request (draining)")
                 piece = self._piece(response)
                 self.timer.on_tokens(len(piece.token_ids))

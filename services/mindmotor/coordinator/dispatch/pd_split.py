@@ -25,7 +25,6 @@ from dataclasses import dataclass
 import grpc
 
 from mindmotor.common.roles import Role
-from mindmotor.common.roles import Role
 from mindmotor.protocol import worker_pb2 as pb
 
 from mindmotor.coordinator.dispatch.channels import WorkerChannels

@@ -32,7 +32,8 @@ import asyncio
 import logging
 from typing import Callable
 
-from mindmotor.coordinator.dispatch.failures import INSTANCE, WorkerFailure
+from mindmotor.coordinator.dispatch.failures import WorkerFailure
+from mindmotor.vocabulary import FailureKind
 from mindmotor.coordinator.metrics import CoordinatorMetrics
 from mindmotor.coordinator.routing.table import InstanceView, RoutingTable
 
@@ -134,7 +135,7 @@ class StreamWatch:
         self._arm()
 
     def _give_up(self, reason: str, cause: str, silent: float) -> None:
-        self.failure = WorkerFailure(reason, INSTANCE)
+        self.failure = WorkerFailure(reason, FailureKind.INSTANCE)
         self.guard.metrics.stream_stalls.labels(self.model, cause).inc()
         log.warning("worker call silent; giving it up", extra={
             "request_id": self.request_id, "instance_id": self.instance.instance_id,

@@ -10,6 +10,8 @@ from mindmotor.coordinator.openai.running_usage import RunningUsage
 from mindmotor.coordinator.openai.tool_stream import Delta, ToolCallStream
 from mindmotor.coordinator.openai.tools import ToolCall, ToolPlan
 
+from mindmotor.vocabulary import FinishReason
+
 OBJECT = "chat.completion"
 CHUNK_OBJECT = "chat.completion.chunk"
 
@@ -118,8 +120,8 @@ class ChatFormat:
         return chunks
 
     def _finish(self, finish_reason: str | None, calls) -> str | None:
-        if calls and self.tools.mode != "named" and finish_reason == "stop":
-            return "tool_calls"
+        if calls and self.tools.mode != "named" and finish_reason == FinishReason.STOP:
+            return FinishReason.TOOL_CALLS
         return finish_reason
 
     def _message(self, result: ChoiceResult) -> tuple[dict, str | None]:

@@ -14,6 +14,7 @@ import grpc
 
 from mindmotor.common.roles import Role
 from mindmotor.protocol import worker_pb2 as pb
+from mindmotor.vocabulary import WorkerState
 
 from mindmotor.coordinator.dispatch.channels import WorkerChannels
 from mindmotor.coordinator.config import WorkerEntry
@@ -25,7 +26,7 @@ log = logging.getLogger("mindmotor.coordinator")
 def view_from_status(entry: WorkerEntry, status: pb.StatusResponse) -> InstanceView:
     return InstanceView(
         instance_id=entry.address, address=entry.address, model=status.model, role=Role.from_proto(status.role, Role.MIXED),
-        healthy=status.state == "serving", state=status.state, weight=entry.weight, deployment=entry.deployment,
+        healthy=status.state == WorkerState.SERVING, state=status.state, weight=entry.weight, deployment=entry.deployment,
         version=entry.version, max_model_len=status.max_model_len, block_size=status.block_size or 16,
         running=status.load.running, waiting=status.load.waiting, kv_usage=status.load.kv_usage)
 
@@ -67,7 +68,7 @@ class StaticWorkerSource:
                 log.warning("worker unreachable", extra={"address": entry.address, "code": exc.code().name})
             base = old or InstanceView(instance_id=entry.address, address=entry.address, weight=entry.weight,
                                        deployment=entry.deployment, version=entry.version)
-            self.table.upsert(InstanceView(**{**base.__dict__, "healthy": False, "state": "unreachable"}))
+            self.table.upsert(InstanceView(**{**base.__dict__, "healthy": False, "state": WorkerState.UNREACHABLE}))
             return
         view = view_from_status(entry, status)
         old = self.table.get(entry.address)

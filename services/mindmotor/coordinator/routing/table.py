@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Callable, Collection, Iterable
 
 from mindmotor.common.roles import Role
+from mindmotor.vocabulary import InstanceState, WorkerState
 
 log = logging.getLogger("mindmotor.coordinator")
 
@@ -57,7 +58,7 @@ class InstanceView:
 
 
 # Instance states (a controller's, or the static source's) that say the instance failed.
-FAILED_STATES = frozenset({"suspect", "failed"})      # the controller's verdicts (failed_reason)
+FAILED_STATES = frozenset({InstanceState.SUSPECT, WorkerState.FAILED})      # the controller's verdicts (failed_reason)
 
 
 @dataclass
