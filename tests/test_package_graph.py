@@ -45,8 +45,9 @@ ALLOWED: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in {
     "trainer": {"common", "engine", "model", "protocol", "vocabulary"},
     "worker": {"common", "controller", "engine", "protocol", "rules", "sandbox", "structured", "vocabulary"},
     "coordinator": {"common", "controller", "protocol", "rules", "runtime", "sandbox", "vocabulary"},
-    "simulator": {"common", "controller", "device", "engine", "rules", "vocabulary"},
     "deployer": {"common", "controller", "model", "protocol", "runtime", "vocabulary", "worker"},
+    # the simulator composes the real parts: the engine, the coordinator's routing, the worker's windows
+    "simulator": {"common", "controller", "coordinator", "device", "engine", "rules", "vocabulary", "worker"},
     # entry points
     "launcher": {"common", "coordinator", "deployer", "model", "runtime", "vocabulary", "worker"},
     "npu_smi_cli": {"common", "device", "vocabulary", "worker"},
