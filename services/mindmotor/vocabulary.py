@@ -148,6 +148,20 @@ class RefusalReason(enum.StrEnum):
     ENGINE_DEAD = "engine_dead"            # its engine has stopped
 
 
+class HelperOutcome(enum.StrEnum):
+    """How a task in a helper process ended (`mindmotor_helper_tasks{outcome}`), and why a helper was
+    replaced (`mindmotor_helper_restarts{reason}`: crashed, timeout, cancelled, start_failed)."""
+    OK = "ok"
+    REFUSED = "refused"        # the input is bad: the task's verdict
+    FAILED = "failed"          # no verdict (the base of the kinds below)
+    BUSY = "busy"              # no idle helper in time
+    TIMEOUT = "timeout"
+    CRASHED = "crashed"
+    ERROR = "error"            # the task itself failed (a bug, not the input): the helper is kept
+    CANCELLED = "cancelled"    # the caller went away while the task ran
+    START_FAILED = "start_failed"
+
+
 class JobState(enum.StrEnum):
     """A training job; `trainer_pb2.JobState` is `JOB_STATE_<value>`."""
     PENDING = "PENDING"

@@ -32,6 +32,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from mindmotor.rules.request_rules import InvalidRequest
 from mindmotor.runtime.child_command import child_command
+from mindmotor.vocabulary import HelperOutcome
 
 from . import wire
 
@@ -43,19 +44,19 @@ BACKOFF_MAX_S = 10.0
 
 class HelperFailure(Exception):
     """The task got no verdict: `HelperBusy`, `HelperTimeout`, `HelperCrashed`, `HelperError`."""
-    outcome = "failed"
+    outcome = HelperOutcome.FAILED
 
 
 class HelperBusy(HelperFailure):
-    outcome = "busy"
+    outcome = HelperOutcome.BUSY
 
 
 class HelperTimeout(HelperFailure):
-    outcome = "timeout"
+    outcome = HelperOutcome.TIMEOUT
 
 
 class HelperCrashed(HelperFailure):
-    outcome = "crashed"
+    outcome = HelperOutcome.CRASHED
 
     def __init__(self, message: str, returncode: int | None):
         super().__init__(message)
@@ -64,7 +65,7 @@ class HelperCrashed(HelperFailure):
 
 class HelperError(HelperFailure):
     """The task itself failed (a bug, not the input): the helper is kept."""
-    outcome = "error"
+    outcome = HelperOutcome.ERROR
 
 
 class HelperMetrics:
@@ -157,13 +158,13 @@ class HelperPool:
             raise
         self.metrics.seconds.labels(self.name, task).observe(time.perf_counter() - started)
         if "error" in reply:
-            self.metrics.tasks.labels(self.name, task, "refused").inc()
+            self.metrics.tasks.labels(self.name, task, HelperOutcome.REFUSED).inc()
             error = reply["error"]
             raise InvalidRequest(error["message"], param=error.get("param"), code=error.get("code") or "invalid_value")
         if "failed" in reply:
             self.metrics.tasks.labels(self.name, task, "error").inc()
             raise HelperError(f"the {task} task failed in a helper: {reply['failed']}")
-        self.metrics.tasks.labels(self.name, task, "ok").inc()
+        self.metrics.tasks.labels(self.name, task, HelperOutcome.OK).inc()
         return reply["ok"]
 
     async def _ask(self, helper: _Helper, task: str, args: dict) -> dict:
@@ -173,22 +174,22 @@ class HelperPool:
             await helper.proc.stdin.drain()
             reply = await asyncio.wait_for(helper.read_frame(), self.task_timeout_s)
         except (asyncio.TimeoutError, TimeoutError):
-            await self._lose(helper, "timeout")
+            await self._lose(helper, HelperOutcome.TIMEOUT)
             raise HelperTimeout(f"the {task} task took longer than {self.task_timeout_s:g} s") from None
         except (asyncio.IncompleteReadError, ConnectionError, BrokenPipeError):
-            code = await self._lose(helper, "crashed")
+            code = await self._lose(helper, HelperOutcome.CRASHED)
             raise HelperCrashed(f"the helper running {task} died ({_describe(code)})", code) from None
         except asyncio.CancelledError:
-            await asyncio.shield(self._lose(helper, "cancelled"))
+            await asyncio.shield(self._lose(helper, HelperOutcome.CANCELLED))
             raise
         self._idle.put_nowait(helper)
         return reply
 
-    async def _lose(self, helper: _Helper, reason: str) -> int | None:
+    async def _lose(self, helper: _Helper, reason: HelperOutcome) -> int | None:
         """A helper that cannot be reused: reaped (killed first unless it is dying anyway: killing
         an exited child would reap it behind asyncio's child watcher, losing its exit status),
         replaced."""
-        if reason != "crashed":
+        if reason is not HelperOutcome.CRASHED:
             helper.kill()
         try:
             code = await asyncio.wait_for(helper.proc.wait(), 2.0)
@@ -234,7 +235,7 @@ class HelperPool:
                 helper.kill()
                 code = await proc.wait()
                 self._failed_starts += 1
-                self.metrics.restarts.labels(self.name, "start_failed").inc()
+                self.metrics.restarts.labels(self.name, HelperOutcome.START_FAILED).inc()
                 log.error("a helper process did not start", extra={
                     "pool": self.name, "error": type(exc).__name__, "exit": _describe(code),
                     "failed_starts": self._failed_starts})
