@@ -162,7 +162,7 @@ class HelperPool:
             error = reply["error"]
             raise InvalidRequest(error["message"], param=error.get("param"), code=error.get("code") or "invalid_value")
         if "failed" in reply:
-            self.metrics.tasks.labels(self.name, task, "error").inc()
+            self.metrics.tasks.labels(self.name, task, HelperOutcome.ERROR).inc()
             raise HelperError(f"the {task} task failed in a helper: {reply['failed']}")
         self.metrics.tasks.labels(self.name, task, HelperOutcome.OK).inc()
         return reply["ok"]
