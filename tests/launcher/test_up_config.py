@@ -56,3 +56,24 @@ def test_each_service_gets_only_its_secrets_and_inherited_ones_are_removed(monke
                                             "MINDMOTOR_REDIS_URL": "redis://127.0.0.1:6379/0"}
     assert child_env("deployer", config()) == dict.fromkeys(
         ("MINDMOTOR_API_KEYS", "MINDMOTOR_ADMIN_TOKEN", "MINDMOTOR_REDIS_URL"))
+
+
+def test_mindmotor_says_its_version(capsys):
+    from importlib.metadata import version
+
+    from mindmotor.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.strip() == f"mindmotor {version('mindmotor')}"
+
+
+def test_up_takes_its_api_keys_from_a_file(tmp_path, monkeypatch):
+    from mindmotor.cli import build_parser
+
+    monkeypatch.delenv("MINDMOTOR_API_KEYS", raising=False)
+    keys = tmp_path / "keys"
+    keys.write_text("sk-one\nsk-two\n")
+    args = build_parser().parse_args(["up", "--api-key-file", str(keys)])
+    assert PlatformConfig.load(args.config, api_key_file=args.api_key_file).api_keys == ["sk-one", "sk-two"]

@@ -12,7 +12,7 @@ import sys
 import httpx
 import pytest
 
-from mindmotor.common.exposure import is_loopback
+from mindmotor.common.exposure import is_loopback, open_api_warning
 
 from .public_side_support import Service, clean_env, token
 
@@ -68,6 +68,27 @@ def test_the_coordinator_default_resolved_by_its_settings_is_loopback_too():
     ("0.0.0.0", False), ("::", False), ("", False), ("10.0.0.5", False), ("controller.example", False)])
 def test_what_counts_as_loopback(host, loopback):
     assert is_loopback(host) is loopback
+
+
+@pytest.mark.parametrize("host, keys, warned", [
+    ("0.0.0.0", False, True), ("10.0.0.5", False, True), ("0.0.0.0", True, False), ("127.0.0.1", False, False)])
+def test_an_api_without_keys_beyond_loopback_is_warned_of(host, keys, warned):
+    warning = open_api_warning(host, keys)
+    assert (warning is not None) is warned
+    if warned:
+        assert host in warning and "MINDMOTOR_API_KEYS" in warning
+
+
+@pytest.mark.parametrize("keys", [False, True], ids=["open", "with-keys"])
+def test_a_coordinator_serving_beyond_loopback_says_whether_its_api_is_open(tmp_path, keys):
+    api_key = token("sk-bind")
+    env = clean_env(MINDMOTOR_API_KEYS=api_key) if keys else clean_env()
+    coordinator = Service("coordinator", ["coordinator", "--host", "0.0.0.0", "--port", "0", "--worker", "127.0.0.1:1"],
+                          "MINDMOTOR_COORDINATOR_READY", tmp_path / "coordinator.log", env=env)
+    coordinator.stop()
+    log = coordinator.log_text()
+    assert ("without API keys" in log) is not keys, log
+    assert api_key not in log
 
 
 def run(args: list[str], **env: str) -> subprocess.CompletedProcess:

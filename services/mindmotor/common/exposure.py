@@ -25,6 +25,15 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def open_api_warning(host: str, keys_enabled: bool) -> str | None:
+    """The start-up warning for an OpenAI API served without API keys beyond loopback (anyone who
+    reaches the port may use it); None when keys are set or the API listens on loopback only."""
+    if keys_enabled or is_loopback(host):
+        return None
+    return (f"the API listens on {host} (beyond loopback) without API keys: anyone who reaches it can use "
+            f"it; set MINDMOTOR_API_KEYS or --api-key-file FILE, or bind 127.0.0.1")
+
+
 def require_admin_token(what: str, host: str, token: str | None, allow_open: bool = False) -> None:
     """ValueError (the start-up error) when `what` would listen beyond loopback with no token,
     unless `allow_open` (the operator's explicit `--allow-open-admin`)."""

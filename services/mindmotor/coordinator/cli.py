@@ -143,6 +143,11 @@ def run_coordinator(args: argparse.Namespace) -> int:
         log.error("bad coordinator settings", extra={"error": error_text(exc, CoordinatorSettings)})
         return 2
     setup_logging("coordinator", settings.log_level)
+    if settings.listen_fd is None:              # under `up` (a socket handed over) up warns itself, once
+        from mindmotor.common.exposure import open_api_warning
+
+        if warning := open_api_warning(settings.host, bool(settings.api_keys or settings.api_key_file)):
+            log.warning(warning)
     if args.replicas > 1:
         from mindmotor.coordinator.http.replicas import run_from_cli
 

@@ -18,6 +18,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--workers", type=int, default=None, help="workers for the (first) model (default: 2)")
     parser.add_argument("--model", default=None, help="checkpoint directory (default: the bundled demo)")
     parser.add_argument("--timing", choices=("realtime", "virtual"), default=None)
+    parser.add_argument("--api-key-file", default=None, metavar="FILE",
+                        help="the API keys the coordinators accept, one a line (also: $MINDMOTOR_API_KEYS, "
+                             "comma-separated); without keys the API is open")
     parser.add_argument("--log-level", default="INFO")
     parser.set_defaults(func=run_up)
 
@@ -36,7 +39,7 @@ def run_up(args: argparse.Namespace) -> int:
 
     setup_logging("up", args.log_level)
     try:
-        config = PlatformConfig.load(args.config, host=args.host, port=args.port)
+        config = PlatformConfig.load(args.config, host=args.host, port=args.port, api_key_file=args.api_key_file)
         changes = {k: v for k, v in {"workers": args.workers, "path": args.model,
                                      "timing": args.timing}.items() if v is not None}
         if changes:                                    # the first model's, checked again

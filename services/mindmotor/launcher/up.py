@@ -44,6 +44,7 @@ import grpc
 import httpx
 
 from mindmotor.common import rpc
+from mindmotor.common.exposure import open_api_warning
 from mindmotor.common.https_side import serve_metrics
 from mindmotor.vocabulary import ServiceState
 from mindmotor.coordinator.metrics import MULTIPROC_ENV, forget_replica
@@ -439,6 +440,8 @@ def run(config: PlatformConfig) -> int:
         platform.stop()
         return 1
     announce(platform)
+    if warning := open_api_warning(config.host, bool(config.api_keys)):
+        log.warning(warning)
     platform.watch(stop)
     print("stopping MindMotor (draining) ...", flush=True)
     platform.stop()
