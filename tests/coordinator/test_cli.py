@@ -33,6 +33,9 @@ def test_cli_serves_logs_json_with_request_ids_and_stops_on_sigterm(virtual_work
         assert lines and all(line["service"] == "coordinator" for line in lines)
         tagged = [line for line in lines if line.get("request_id") == "cli-req-1"]
         assert any(line["msg"] == "request" and line["status"] == 200 for line in tagged)
+        access = [(line["path"], line["status"]) for line in lines if line["msg"] == "request"]
+        assert ("/v1/models", 401) in access          # refusals are logged too
+        assert not any(path == "/health" for path, _ in access)   # a probe that succeeds is DEBUG
     finally:
         c.stop()
 

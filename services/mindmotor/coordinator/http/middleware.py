@@ -2,7 +2,8 @@
 
 - `RequestIdMiddleware`: a request id (the client's `X-Request-Id` if it is sane, else a new one)
   in the log context, in `scope["state"]` and in the `X-Request-Id` response header; one access
-  log line and the requests counter per request. The instances and versions that served a
+  log line (INFO for the API, DEBUG for a probe or scrape that succeeds) and the requests counter
+  per request. The instances and versions that served a
   generation request (`respond.py` puts them in the state) go into the `X-MindMotor-Instance` and
   `X-MindMotor-Version` headers and the log line.
 - `GateMiddleware`: the API key (401) and the per-key rate limit (429) of the API paths — before
@@ -83,9 +84,12 @@ class RequestIdMiddleware:
                 if counted:
                     self.in_flight.requests -= 1
                 path = scope.get("path", "")
-                if path.startswith(API_PREFIXES):
+                api = path.startswith(API_PREFIXES)
+                if api:
                     self.metrics.requests.labels(path, state.get("model", ""), str(status or 499)).inc()
-                log.info("request", extra={"method": scope.get("method"), "path": path, "status": status,
+                # probes and scrapes (/health, /metrics) every few seconds are not news: DEBUG unless they fail
+                level = logging.INFO if api or not 200 <= status < 400 else logging.DEBUG
+                log.log(level, "request", extra={"method": scope.get("method"), "path": path, "status": status,
                                            "duration_s": round(time.perf_counter() - started, 6),
                                            "model": state.get("model"), "instance": state.get("instances") or None,
                                            "version": state.get("versions") or None})
