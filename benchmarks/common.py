@@ -32,11 +32,12 @@ from typing import Callable
 import numpy as np
 
 from mindmotor import SamplingParams
+from mindmotor.common.bundled_data import AZURE_TRACE
 from mindmotor.engine.llm_engine import LLMEngine
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-# The project's shared data lives beside the repository (`../shared/data/`), in CI too.
-DEFAULT_TRACE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "azure_llm_conv_2023.csv"
+# The trace ships inside the package (services/mindmotor/assets/data/), so a plain clone runs these.
+DEFAULT_TRACE = AZURE_TRACE
 TRACE_CITATION = ("Azure LLM inference trace 2023, conversation part (Azure/AzurePublicDataset "
                   "AzureLLMInferenceTrace_conv, as processed in microsoft/vidur); CC-BY; Patel et al., "
                   "\"Splitwise: Efficient Generative LLM Inference Using Phase Splitting\", ISCA 2024")

@@ -1,5 +1,5 @@
 """How close the emulated device's cost model is to real GPU measurements (Vidur's published
-Llama-2-7B profiles of A100 and H100; data and provenance in ../shared/data/vidur/README.md).
+Llama-2-7B profiles of A100 and H100; data and provenance in services/mindmotor/assets/data/vidur/README.md).
 
 Like for like: Vidur composes a step as num_layers x (the per-layer operator medians at the
 step's token count + attention), without the embedding, the LM head, the KV-cache write and CPU
@@ -30,8 +30,9 @@ import numpy as np
 from mindmotor.device.cost_model import CostModel, StepShape
 from mindmotor.device.profiles import ModelProfile
 from mindmotor.device.specs import get_device_spec
+from mindmotor.common.bundled_data import VIDUR_DIR
 
-DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "vidur"
+DATA_DIR = VIDUR_DIR
 DEVICES = {"A100-80G": "a100", "H100-SXM": "h100"}
 GEMM_OPS = {"qkv_proj": "attn_pre_proj", "o_proj": "attn_post_proj", "mlp_gate_up": "mlp_up_proj",
             "mlp_down": "mlp_down_proj"}

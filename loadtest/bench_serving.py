@@ -21,7 +21,7 @@ It prints a summary table and ends with ONE JSON object on the last line of stdo
 Workload lengths: fixed (`--input-len`, `--output-len`), uniform ranges around them
 (`--input-len-range-ratio R`: [L(1-R), L(1+R)]), or `--dataset azure-trace`: (prompt, output)
 lengths of rows of the Azure LLM inference trace 2023, conversation part (file
-`../shared/data/azure_llm_conv_2023.csv` from the repo root; Azure/AzurePublicDataset
+`services/mindmotor/assets/data/azure_llm_conv_2023.csv` (shipped in the package); Azure/AzurePublicDataset
 `AzureLLMInferenceTrace_conv` as processed in microsoft/vidur; CC-BY; Patel et al., "Splitwise:
 Efficient Generative LLM Inference Using Phase Splitting", ISCA 2024). With `--trace-time-scale S`
 a contiguous window of the trace is replayed with its own arrival times multiplied by S (S < 1
@@ -48,7 +48,7 @@ from typing import Any, Iterable
 import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-TRACE_PATH = REPO_ROOT.parent / "shared" / "data" / "azure_llm_conv_2023.csv"
+TRACE_PATH = REPO_ROOT / "services" / "mindmotor" / "assets" / "data" / "azure_llm_conv_2023.csv"
 TRACE_CITATION = ("Azure LLM inference trace 2023, conversation part (Azure/AzurePublicDataset "
                   "AzureLLMInferenceTrace_conv, as processed in microsoft/vidur); CC-BY; Patel et al., "
                   "\"Splitwise: Efficient Generative LLM Inference Using Phase Splitting\", ISCA 2024")

@@ -20,7 +20,7 @@ Sources:
 
 Kernel behaviour (`KernelParams`, one set per device, what the cost model prices with):
 - A100-80G / H100-SXM: fitted on Vidur's measured Llama-2-7B profiles (microsoft/vidur, MIT;
-  `../shared/data/vidur/`): GEMM and elementwise parameters on every mlp.csv row (TP 1-8), decode
+  `services/mindmotor/assets/data/vidur/`): GEMM and elementwise parameters on every mlp.csv row (TP 1-8), decode
   and prefill attention on the three A100 attention medians named in calibration.json
   (`benchmarks/fidelity.py --fit` re-derives them, the GEMM kernels included: the library's
   kernels of 64, 128 and 256 token rows per tile — CUTLASS's and cuBLAS's fp16 CTA tile heights —

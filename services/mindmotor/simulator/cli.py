@@ -20,7 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = subparsers.add_parser("simulate", help="replay a trace on an emulated cluster (no model runs)")
     p.add_argument("--trace", default=None, help="CSV (Azure trace columns or arrival_s,prompt_tokens,"
-                   "output_tokens); default ../shared/data/azure_llm_conv_2023.csv")
+                   "output_tokens); default the Azure LLM conversation trace 2023 shipped in the package")
     p.add_argument("--duration", type=float, default=None, help="seconds of the trace to replay")
     p.add_argument("--start", type=float, default=0.0, help="trace second to start at")
     p.add_argument("--rate", type=float, default=None, help="rescale arrivals to this mean req/s")

@@ -1,7 +1,7 @@
 """Traces for the simulator: a CSV of arrival time, prompt length and output length.
 
 Columns: the Azure LLM inference trace's `arrived_at, num_prefill_tokens, num_decode_tokens`
-(../shared/data/azure_llm_conv_2023.csv) or `arrival_s, prompt_tokens, output_tokens`.
+(shipped in the package: `mindmotor.common.bundled_data.AZURE_TRACE`) or `arrival_s, prompt_tokens, output_tokens`.
 """
 
 from __future__ import annotations
@@ -10,9 +10,11 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
+from mindmotor.common.bundled_data import AZURE_TRACE
+
 COLUMN_SETS = (("arrived_at", "num_prefill_tokens", "num_decode_tokens"),
                ("arrival_s", "prompt_tokens", "output_tokens"))
-DEFAULT_TRACE = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "azure_llm_conv_2023.csv"
+DEFAULT_TRACE = AZURE_TRACE
 
 
 @dataclass(frozen=True)
