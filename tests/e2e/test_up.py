@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 
@@ -73,7 +74,7 @@ def test_errors_use_the_openai_body(client, e2e_model):
     assert info.value.body["code"] == "model_not_found"
 
 
-def test_ctrl_c_stops_every_service(e2e_model, tmp_path):
+def test_ctrl_c_drains_a_stream_and_stops_every_service(e2e_model, tmp_path):
     up = ChildProcess("up", ["up", "--model", str(e2e_model), "--port", "0", "--timing", "virtual",
                              "--workers", "1"], "MINDMOTOR_UP_READY", tmp_path / "up.log")
     try:
@@ -85,7 +86,19 @@ def test_ctrl_c_stops_every_service(e2e_model, tmp_path):
         everything = descendants(up.proc.pid)
         # nothing else: the structured-output spec helpers start with the first such request
         assert sorted(everything) == sorted(children), [_cmdline(p) for p in everything]
-        up.signal(signal.SIGINT)
+        assert all(os.getpgid(pid) != os.getpgid(up.proc.pid) for pid in children)   # groups of their own
+        # Ctrl-C in up's terminal (SIGINT to its process group) mid-stream: up alone gets it and
+        # drains in order, so the stream finishes whole
+        client = openai.OpenAI(base_url=up.ready["url"] + "/v1", api_key="unused", max_retries=0)
+        stream = client.completions.create(model=e2e_model.name, prompt="def add(a, b):", max_tokens=48,
+                                           temperature=0, stream=True, extra_body={"ignore_eos": True},
+                                           stream_options={"include_usage": True})
+        chunks = iter(stream)
+        next(chunks)
+        os.killpg(up.proc.pid, signal.SIGINT)
+        rest = list(chunks)
+        assert [c.choices[0].finish_reason for c in rest if c.choices][-1] == "length"
+        assert rest[-1].usage.completion_tokens == 48
         assert up.proc.wait(60) == 0
         assert not [pid for pid in everything if alive(pid)]
     finally:

@@ -19,7 +19,8 @@ from mindmotor.runtime.child_process import ChildProcess
 READY = "CHILD_READY"
 REPORT = ("import ctypes, os, time; c = ctypes.c_int(); "
           "ctypes.CDLL('libc.so.6').prctl(2, ctypes.byref(c)); "        # 2 = PR_GET_PDEATHSIG
-          f"print('{READY}', f'pdeathsig={{c.value}}', f'ppid={{os.getppid()}}', flush=True); time.sleep(60)")
+          f"print('{READY}', f'pdeathsig={{c.value}}', f'ppid={{os.getppid()}}', f'pgid={{os.getpgid(0)}}', "
+          "f'pid={os.getpid()}', flush=True); time.sleep(60)")
 
 
 def test_children_start_without_forking_a_process_that_has_grpc_threads(tmp_path):
@@ -39,6 +40,8 @@ def test_children_start_without_forking_a_process_that_has_grpc_threads(tmp_path
             ready = child.wait_ready(30)
             assert ready["pdeathsig"] == str(int(signal.SIGTERM))    # set by the wrapper, kept across exec
             assert ready["ppid"] == str(os.getpid())                 # the wrapper exec'd: no process between
+            # a process group of its own: a terminal's Ctrl-C reaches the supervisor, not the children
+            assert ready["pgid"] == ready["pid"] != str(os.getpgid(0))
         assert forks == []
     finally:
         for child in children:

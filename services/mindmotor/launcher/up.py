@@ -10,7 +10,9 @@ coordinator that dies is started again on the same ports (`runtime.supervisor.Su
 backoff, counted, logged); one death never stops the platform. One that is alive but does not
 answer its liveness probe (SIGSTOPped, stuck: `runtime/liveness.py`) is SIGKILLed and restarted
 the same way. Stop (Ctrl-C or SIGTERM): coordinator (finishes its streams) → deployer (its workers
-drain) → controller.
+drain) → controller; the services run in process groups of their own, so a terminal's Ctrl-C reaches
+`up` alone and the drain happens in that order. A second Ctrl-C (or SIGTERM) stops at once: every
+service SIGKILLed, exit status 130 (143). Exit status: 0 stopped, 1 did not start, 2 bad settings.
 
 Secrets (API keys, the admin token, the Redis URL) reach the services through their environment,
 built in one place (`child_env`), never through their command lines. Every gRPC call between them
@@ -33,7 +35,6 @@ import logging
 import os
 import secrets
 import shutil
-import signal
 import socket
 import tempfile
 import threading
@@ -52,6 +53,7 @@ from mindmotor.deployer.spec import DeploymentSpec
 from mindmotor.runtime.backoff import RestartBackoff
 from mindmotor.runtime.child_process import ChildProcessError
 from mindmotor.runtime.liveness import LivenessProbe
+from mindmotor.runtime.stop_signals import StopSignals
 from mindmotor.runtime.subreaper import become_subreaper
 from mindmotor.runtime.supervisor import Service, Supervisor
 from mindmotor.runtime.supervisor_metrics import SupervisorMetrics
@@ -429,9 +431,9 @@ def run(config: PlatformConfig) -> int:
     except ValueError as exc:
         log.error("bad platform config", extra={"error": str(exc)})
         return 2
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    signals = StopSignals(force=platform.supervisor.kill_all)   # a second Ctrl-C or SIGTERM: at once
+    signals.install()
+    stop = signals.requested
     try:
         platform.start()
     except (ChildProcessError, OSError, ValueError, grpc.RpcError) as exc:

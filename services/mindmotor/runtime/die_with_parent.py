@@ -4,7 +4,9 @@
 
 asks the kernel to send SIGNAL to this process when its parent dies (Linux `prctl(PR_SET_PDEATHSIG)`,
 which survives `execve`), checks the parent is still the one that started it (it may have died
-before the request took effect), then replaces itself with PROGRAM.
+before the request took effect), leaves its parent's process group for one of its own (a terminal's
+Ctrl-C then reaches the supervisor alone, which stops its children in order), then replaces itself
+with PROGRAM.
 
     python -I -S die_with_parent.py --detach ANCHOR_PID SIGNAL STDOUT_PATH PROGRAM [ARGS...]
 
@@ -44,10 +46,21 @@ def _death_signal(signum: int) -> None:
         pass
 
 
+def _own_process_group() -> None:
+    """A process group of its own: a terminal's Ctrl-C (SIGINT to its foreground process group)
+    reaches the supervisor alone, which then stops its children in order (coordinators finish
+    their streams first) instead of every process getting the signal at once."""
+    try:
+        os.setpgid(0, 0)
+    except OSError:                          # already a group or session leader
+        pass
+
+
 def main(argv: list[str]) -> None:
     if argv[1] == "--detach":
         return detach(int(argv[2]), int(argv[3]), argv[4], argv[5:])
     parent, signum, program = int(argv[1]), int(argv[2]), argv[3:]
+    _own_process_group()
     _death_signal(signum)
     if os.getppid() != parent:               # the parent died before the request: do not start orphaned
         sys.exit(EXIT_PARENT_GONE)
@@ -65,6 +78,7 @@ def detach(anchor: int, signum: int, stdout_path: str, program: list[str]) -> No
     deadline = time.monotonic() + REPARENT_WAIT_S
     while os.getppid() == starter and time.monotonic() < deadline:
         time.sleep(0.001)                    # until the starter has exited and we are adopted
+    _own_process_group()
     _death_signal(signum)
     if os.getppid() != anchor:               # the anchor is gone, or is no subreaper: do not run unowned
         os._exit(EXIT_PARENT_GONE)

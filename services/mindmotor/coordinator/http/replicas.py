@@ -17,14 +17,13 @@ import logging
 import os
 import secrets
 import shutil
-import signal
 import sys
 import tempfile
-import threading
 from pathlib import Path
 
 from mindmotor.runtime.backoff import RestartBackoff
 from mindmotor.runtime.liveness import LivenessProbe, LivenessSettings
+from mindmotor.runtime.stop_signals import StopSignals
 from mindmotor.runtime.supervisor import Service, Supervisor
 from mindmotor.runtime.supervisor_metrics import SupervisorMetrics
 
@@ -77,9 +76,9 @@ def run_replicas(settings: CoordinatorSettings, argv: list[str], replicas: int) 
             on_ready=lambda s: ports.update({name: int(s.ready["replica_port"])}),
             on_death=lambda s, pid: forget_replica(state / "metrics", pid))
 
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    signals = StopSignals(force=supervisor.kill_all)      # a second Ctrl-C or SIGTERM: at once
+    signals.install()
+    stop = signals.requested
     try:
         started = supervisor.start_all([service(i) for i in range(replicas)], START_TIMEOUT_S)
         ports.update({s.name: int(s.ready["replica_port"]) for s in started})
