@@ -91,6 +91,10 @@ class SimInstance:
         return self.engine.block_manager
 
     @property
+    def cost_model(self):
+        return self.engine.device.cost_model
+
+    @property
     def kv_plan(self):
         return self.engine.device.kv_plan
 
