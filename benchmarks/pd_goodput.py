@@ -6,9 +6,9 @@ serving system meets its latency SLOs. Here "meets" is **p90 TTFT ≤ TTFT SLO a
 SLO** (TPOT per request: (last token − first token) / (tokens − 1)); the curves plot the other usual
 figure, the fraction of requests meeting both targets, against the rate.
 
-Clusters (4 emulated 910B3 cards, `qwen2-7b` profile, tp 1; `mindmotor.simulator`: the engine's
-real Scheduler and BlockManager per card in emulated time, the coordinator's routing policies,
-P/D handoffs priced by the cost model):
+Clusters (4 emulated 910B3 cards, `qwen2-7b` profile, tp 1; `mindmotor.simulator`: a real
+LLMEngine per card with the cost-only runner on a virtual clock, the coordinator's routing policies,
+P/D handoffs through the engines' pins and KV loads, priced by the cost model):
 
   mixed          4 mixed instances, chunked prefill off (a whole prompt joins the decode batch)
   mixed_chunked  4 mixed instances, chunked prefill on, 2,048-token step budget

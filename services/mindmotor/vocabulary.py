@@ -120,7 +120,8 @@ class SequenceStatus(enum.StrEnum):
     def finished(self) -> bool:
         """Whether this engine is done computing the request (a PREFILLED one is: it continues on
         a decode worker, see `continues_elsewhere`)."""
-        return self not in (SequenceStatus.WAITING, SequenceStatus.WAITING_FOR_KV, SequenceStatus.RUNNING)
+        return not (self is SequenceStatus.WAITING or self is SequenceStatus.WAITING_FOR_KV
+                    or self is SequenceStatus.RUNNING)          # by identity: once per token, kept cheap
 
     @property
     def continues_elsewhere(self) -> bool:

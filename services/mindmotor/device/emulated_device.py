@@ -7,6 +7,9 @@ it for `npu-smi`.
 
 from __future__ import annotations
 
+import time
+from typing import Callable
+
 from mindmotor.device.cost_model import CostModel, StepCost, StepShape
 from mindmotor.device.hbm import plan_kv_cache
 from mindmotor.device.profiles import ModelProfile, get_profile
@@ -18,7 +21,9 @@ from mindmotor.device.timing import StepPacer
 class EmulatedDevice:
     def __init__(self, spec_name: str = "910B3", profile: ModelProfile | str | None = None,
                  block_size: int = 16, memory_fraction: float = 0.8, timing: str = "virtual",
-                 max_num_batched_tokens: int = 8192, device_id: int = 0) -> None:
+                 max_num_batched_tokens: int = 8192, device_id: int = 0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """`clock`: the time steps are paced and recorded on (a virtual clock in the simulator)."""
         if profile is None:
             raise ValueError("EmulatedDevice needs a model profile (a ModelProfile or a name)")
         self.device_id = device_id
@@ -28,7 +33,8 @@ class EmulatedDevice:
             self.spec, self.profile, block_size=block_size, memory_fraction=memory_fraction,
             max_num_batched_tokens=max_num_batched_tokens)
         self.cost_model = CostModel(self.spec, self.profile)
-        self.pacer = StepPacer(timing)
+        self.clock = clock
+        self.pacer = StepPacer(timing, clock)
         self.telemetry = DeviceTelemetry(self.spec, self.allocator, device_id=device_id)
         self.kv_transfers = 0               # KV pulls received from prefill instances
         self.kv_transfer_s = 0.0            # their emulated duration, summed
@@ -48,7 +54,7 @@ class EmulatedDevice:
         if cost.num_kernels == 0:            # nothing scheduled: the card stays idle
             return cost
         self.pacer.pace(host_started_at, cost.seconds)
-        self.telemetry.record_step(cost.seconds)
+        self.telemetry.record_step(cost.seconds, self.clock())
         return cost
 
     def snapshot(self) -> dict:

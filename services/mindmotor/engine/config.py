@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 TIMING_MODES = ("realtime", "virtual")
+RUNNERS = ("model", "cost_only")       # engine/model_runner.py, engine/cost_only_runner.py
 
 
 @dataclass(frozen=True)
@@ -31,10 +32,17 @@ class EngineConfig:
     kv_pin_ttl_s: float = 30.0            # prefill-only KV is freed this long after pinning if not released
     kv_host_budget_bytes: int | None = None  # host memory for KV arrays; None: 10% of the machine's
                                           # (engine/host_memory.py); cached blocks are evicted past it
+    runner: str = "model"                 # "cost_only": no weights, no tokenizer, no forward pass — the
+                                          # `emulate` profile's step prices only (the simulator's engine)
 
     def __post_init__(self):
         if self.timing not in TIMING_MODES:
             raise ValueError(f"timing must be one of {TIMING_MODES}, got {self.timing!r}")
+        if self.runner not in RUNNERS:
+            raise ValueError(f"runner must be one of {RUNNERS}, got {self.runner!r}")
+        if self.runner == "cost_only" and not self.emulate:
+            raise ValueError("the cost-only runner has no model to read a shape from: name an emulated "
+                             "profile (emulate)")
         if not 0.0 < self.memory_fraction <= 1.0:
             raise ValueError(f"memory_fraction must be in (0, 1], got {self.memory_fraction}")
         if self.tensor_parallel < 1:

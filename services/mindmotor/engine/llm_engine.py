@@ -12,7 +12,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence as Seq
+from typing import Callable, Sequence as Seq
 
 import numpy as np
 
@@ -29,6 +29,7 @@ from mindmotor.model.llama import LlamaModel
 from .block_manager import BlockManager
 from .config import EngineConfig
 from .continuation import Continuation
+from .cost_only_runner import CostOnlyRunner, NoKVCache, unsupported
 from .host_memory import format_bytes, resolve_budget
 from .kv_connector import KVBlocks, KVLoad
 from .model_runner import ModelRunner
@@ -72,7 +73,7 @@ class ValidatedRequest:
 @dataclass(frozen=True)
 class EngineInfo:
     """What an engine serves and how; fixed for its life (safe to read from any thread)."""
-    model_dir: Path
+    model_dir: Path | None                # None: the cost-only runner (no checkpoint)
     model_name: str
     max_model_len: int
     block_size: int
@@ -129,51 +130,83 @@ def served_model_profile(config: LlamaConfig, name: str, tp: int = 1) -> ModelPr
 
 
 class LLMEngine:
-    def __init__(self, config: EngineConfig = EngineConfig()):
+    def __init__(self, config: EngineConfig = EngineConfig(), *, clock: Callable[[], float] = time.monotonic):
+        """`clock`: the time the engine reads — arrivals, first tokens, pacing, pins' deadlines. A
+        virtual clock (the simulator's) is advanced by whoever drives the engine, between steps.
+        `config.runner`: "model" (weights, tokenizer, the forward pass) or "cost_only" (none of
+        them: placeholder tokens, the emulated profile's step prices; cost_only_runner.py)."""
         self.config = config
-        self.model_dir = resolve_model_dir(config.model)
-        self.model = LlamaModel.from_pretrained(self.model_dir)
-        mcfg = self.model.config
-        self.tokenizer = Tokenizer.from_dir(self.model_dir, extra_eos_ids=mcfg.eos_token_ids)
-        self.model_name = Path(self.model_dir).name
-
-        profile = (resolve_profile(config.emulate, tp=config.tensor_parallel) if config.emulate
-                   else served_model_profile(mcfg, self.model_name, config.tensor_parallel))
+        self.clock = clock
+        self.cost_only = config.runner == "cost_only"
+        if self.cost_only:
+            self.model_dir, self.model, self.tokenizer = None, None, None
+            profile = resolve_profile(config.emulate, tp=config.tensor_parallel)
+            self.model_name = profile.name
+            self.vocab_size = profile.vocab_size
+            max_position = config.max_model_len
+        else:
+            self.model_dir = resolve_model_dir(config.model)
+            self.model = LlamaModel.from_pretrained(self.model_dir)
+            mcfg = self.model.config
+            self.tokenizer = Tokenizer.from_dir(self.model_dir, extra_eos_ids=mcfg.eos_token_ids)
+            self.model_name = Path(self.model_dir).name
+            self.vocab_size = mcfg.vocab_size
+            max_position = mcfg.max_position_embeddings
+            profile = (resolve_profile(config.emulate, tp=config.tensor_parallel) if config.emulate
+                       else served_model_profile(mcfg, self.model_name, config.tensor_parallel))
         self.device = EmulatedDevice(config.device, profile, block_size=config.block_size,
                                      memory_fraction=config.memory_fraction, timing=config.timing,
-                                     max_num_batched_tokens=config.max_num_batched_tokens)
+                                     max_num_batched_tokens=config.max_num_batched_tokens, clock=clock)
         num_blocks = config.num_blocks or self.device.kv_plan.num_blocks
-        self.max_model_len = min(config.max_model_len or mcfg.max_position_embeddings,
-                                 mcfg.max_position_embeddings, num_blocks * config.block_size)
+        limits = [x for x in (config.max_model_len, max_position) if x] + [num_blocks * config.block_size]
+        self.max_model_len = min(limits)
 
-        self.kv_host_budget_bytes = resolve_budget(config.kv_host_budget_bytes)
-        host_blocks = self._host_blocks(num_blocks, mcfg)
+        if self.cost_only:                           # no KV data: every block of the emulated pool
+            self.kv_host_budget_bytes = 0
+            host_blocks = num_blocks
+            self.sliding_window = profile.sliding_window if profile.num_sliding_layers == profile.num_layers \
+                else None
+            attention_budget = config.max_num_batched_attention or 0   # None: no host cost to bound
+        else:
+            self.kv_host_budget_bytes = resolve_budget(config.kv_host_budget_bytes)
+            host_blocks = self._host_blocks(num_blocks, mcfg)
+            self.sliding_window = mcfg.max_window    # on every layer: older blocks are released as they leave it
+            attention_budget = self._attention_budget(mcfg)
         self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching,
                                           host_blocks=host_blocks)
-        self.sliding_window = mcfg.max_window    # on every layer: older blocks are released as they leave it
         self.scheduler = Scheduler(SchedulerConfig(
             max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
             max_model_len=self.max_model_len, enable_chunked_prefill=config.enable_chunked_prefill,
             long_prefill_token_threshold=config.long_prefill_token_threshold,
             max_num_partial_prefills=config.max_num_partial_prefills,
-            max_num_batched_attention=self._attention_budget(mcfg)), self.block_manager)
-        self.kv_cache = PagedKVCache(mcfg.num_hidden_layers, host_blocks, config.block_size,
-                                     mcfg.num_key_value_heads, mcfg.head_dim)
-        self.runner = ModelRunner(self.model, self.kv_cache)
-        self.sampler = Sampler(self.tokenizer.eos_token_ids)
-        self.outputs = OutputProcessor(self.tokenizer, self.tokenizer.eos_token_ids, self.max_model_len)
+            max_num_batched_attention=attention_budget), self.block_manager, clock=clock)
+        if self.cost_only:
+            self.kv_cache = NoKVCache(config.block_size, profile.num_kv_heads, profile.head_dim)
+            self.runner = CostOnlyRunner()
+            self._execute = self._run_cost_only
+            eos_ids: tuple[int, ...] = ()
+        else:
+            self.kv_cache = PagedKVCache(mcfg.num_hidden_layers, host_blocks, config.block_size,
+                                         mcfg.num_key_value_heads, mcfg.head_dim)
+            self.runner = ModelRunner(self.model, self.kv_cache)
+            self._execute = self._run_model
+            eos_ids = self.tokenizer.eos_token_ids
+        self.sampler = Sampler(eos_ids)
+        self.outputs = OutputProcessor(self.tokenizer, eos_ids, self.max_model_len)
         self.requests: dict[str, Sequence] = {}
         self._rng = np.random.default_rng(config.seed)
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.steps = 0
+        self.last_step_s = 0.0                        # the emulated duration of the last step that ran
         self.request_failures = 0                     # requests the engine finished with an error
         self.step_failures = 0
         self.consecutive_step_failures = 0
         self._step_outputs: list[RequestOutput] = []
         self._grammar: GrammarEngine | None = None
         self._grammar_lock = threading.Lock()      # made by the first caller: engine thread or event loop
-        log.info("engine ready", extra={"model": str(self.model_dir), "device": config.device,
+        log.info("engine ready", extra={"model": str(self.model_dir or self.model_name), "device": config.device,
+                                        "runner": config.runner,
                                         "profile": profile.name, "num_blocks": num_blocks,
                                         "host_blocks": host_blocks, "kv_host_budget_bytes": self.kv_host_budget_bytes,
                                         "max_model_len": self.max_model_len,
@@ -184,7 +217,7 @@ class LLMEngine:
     @property
     def info(self) -> EngineInfo:
         profile = self.device.profile
-        return EngineInfo(model_dir=Path(self.model_dir), model_name=self.model_name,
+        return EngineInfo(model_dir=Path(self.model_dir) if self.model_dir else None, model_name=self.model_name,
                           max_model_len=self.max_model_len, block_size=self.config.block_size,
                           timing=self.config.timing, profile_name=profile.name,
                           kv_bytes_per_token=profile.kv_bytes_per_token)
@@ -216,7 +249,7 @@ class LLMEngine:
         """The structured-output engine over this tokenizer, made at the first constrained request."""
         with self._grammar_lock:
             if self._grammar is None:
-                self._grammar = GrammarEngine(self.tokenizer.hf.to_str(), self.model.config.vocab_size,
+                self._grammar = GrammarEngine(self.tokenizer.hf.to_str(), self.vocab_size,
                                               self.tokenizer.eos_token_ids)
                 self.sampler.grammar = self._grammar
         return self._grammar
@@ -230,7 +263,9 @@ class LLMEngine:
             ids = self._token_ids(prompt)
             if not ids:
                 raise RequestError("the prompt is empty", param="prompt")
-            check_token_ids(params.stop_token_ids, "stop_token_ids", self.model.config.vocab_size)
+            if self.cost_only and (refused := unsupported(params)) is not None:
+                raise RequestError(refused[1], param=refused[0])
+            check_token_ids(params.stop_token_ids, "stop_token_ids", self.vocab_size)
             params = self._resolve_token_rules(params)
             max_tokens = resolve_max_tokens(len(ids), params.max_tokens, params.min_tokens, self.max_model_len)
             if max_tokens != params.max_tokens:
@@ -253,7 +288,7 @@ class LLMEngine:
         """The params with their token ids checked against this vocabulary (logit_bias,
         allowed_token_ids) and `bad_words` tokenized — each word alone and after a space, as a
         word inside a sentence is spelled."""
-        vocab = self.model.config.vocab_size
+        vocab = self.vocab_size
         check_token_ids(params.logit_bias, "logit_bias token ids", vocab, param="logit_bias")
         if params.allowed_token_ids is not None:
             check_token_ids(params.allowed_token_ids, "allowed_token_ids", vocab)
@@ -269,11 +304,14 @@ class LLMEngine:
 
     def _token_ids(self, prompt: str | Seq[int]) -> list[int]:
         if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise RequestError("this engine has no tokenizer (the cost-only runner): give the prompt as "
+                                   "token ids", param="prompt")
             return self.tokenizer.encode(check_text(prompt, "prompt"))
-        return check_token_ids(prompt, "prompt token ids", self.model.config.vocab_size, param="prompt")
+        return check_token_ids(prompt, "prompt token ids", self.vocab_size, param="prompt")
 
     def _check_vocabulary(self, what: str, ids: Seq[int], param: str) -> list[int]:
-        return check_token_ids(ids, what, self.model.config.vocab_size, param=param)
+        return check_token_ids(ids, what, self.vocab_size, param=param)
 
     def _validate_continuation(self, ids: list[int], cont: Continuation, params: SamplingParams) -> None:
         """The output made elsewhere must be tokens this request could have produced: in the
@@ -293,7 +331,7 @@ class LLMEngine:
             raise RequestError(
                 f"the output so far has {len(outputs)} tokens, but max_tokens is {params.max_tokens} "
                 "(the whole output's limit); nothing is left to generate", param="continuation")
-        text = IncrementalDetokenizer(self.tokenizer, ids).add(outputs)
+        text = IncrementalDetokenizer(self.tokenizer, ids).add(outputs) if self.tokenizer is not None else ""
         if not 0 <= cont.sent_chars <= len(text):
             raise RequestError(
                 f"sent_chars ({cont.sent_chars}) is outside the text of the output so far, which has "
@@ -353,7 +391,7 @@ class LLMEngine:
             raise RequestError(f"request id {request_id!r} is already in use")
         params = request.params
         seq = Sequence(request_id=request_id, prompt_token_ids=list(request.prompt_token_ids), params=params,
-                       arrival_time=time.monotonic() if arrival_time is None else arrival_time,
+                       arrival_time=self.clock() if arrival_time is None else arrival_time,
                        priority=priority, max_total_tokens=self.max_model_len)
         seq.rng = np.random.default_rng(params.seed if params.seed is not None
                                         else int(self._rng.integers(2**63)))
@@ -482,27 +520,38 @@ class LLMEngine:
         the model's forward pass, pricing) cannot be pinned on one request: every request of the
         step fails, the pool is checked, and the engine goes on — unless the pool no longer adds
         up or `MAX_STEP_FAILURES` steps in a row failed, when `EngineBroken` is raised."""
-        started = time.monotonic()
+        started = self.clock()
         self._step_outputs: list[RequestOutput] = []
+        self.last_step_s = 0.0
         sched = None
         try:
             sched = self.scheduler.schedule()
             if sched.empty:
                 return []
-            self.sampler.prefetch_masks([s.seq for s in sched.scheduled])   # computed during the forward
-            logits, inp = self.runner.run(sched)
-            seqs = [s.seq for s in inp.sampling]
-            self._prompt_logprobs(logits[len(seqs):], inp.prompt_spans)
-            tokens, logprobs, errors = self.sampler.sample(logits[:len(seqs)], seqs) if seqs else ([], [], {})
-            errors.update({i: s.prompt_logprobs_error for i, s in enumerate(seqs) if s.prompt_logprobs_error})
+            inp, tokens, logprobs, errors = self._execute(sched)
             self._postprocess(sched, inp.sampling, tokens, logprobs, errors)
-            self.device.run_step(inp.shape, started)
+            self.last_step_s = self.device.run_step(inp.shape, started).seconds
         except Exception as exc:  # noqa: BLE001 - the step's requests fail, the engine is checked
             self._fail_step(sched, exc)
         else:
             self.consecutive_step_failures = 0
             self.steps += 1
         return self._step_outputs
+
+    def _run_model(self, sched):
+        """The forward pass and the sampler: (the step's input, tokens, logprobs, row errors)."""
+        self.sampler.prefetch_masks([s.seq for s in sched.scheduled])   # computed during the forward
+        logits, inp = self.runner.run(sched)
+        seqs = [s.seq for s in inp.sampling]
+        self._prompt_logprobs(logits[len(seqs):], inp.prompt_spans)
+        tokens, logprobs, errors = self.sampler.sample(logits[:len(seqs)], seqs) if seqs else ([], [], {})
+        errors.update({i: s.prompt_logprobs_error for i, s in enumerate(seqs) if s.prompt_logprobs_error})
+        return inp, tokens, logprobs, errors
+
+    def _run_cost_only(self, sched):
+        """No forward pass: a placeholder token per sampling sequence (cost_only_runner.py)."""
+        inp = self.runner.run(sched)
+        return inp, self.runner.tokens(inp), [None] * len(inp.sampling), {}
 
     def _prompt_logprobs(self, rows: np.ndarray, spans) -> None:
         """Append each span's prompt-token logprobs to its sequence. A sequence whose computation
@@ -531,7 +580,7 @@ class LLMEngine:
             bm.cache_blocks(s.seq)
             if self.sliding_window and not s.seq.prefill_only:   # a pinned prefill's KV is sent whole
                 bm.release_out_of_window(s.seq, self.sliding_window)
-        now = time.monotonic()
+        now = self.clock()
         for i, (s, token, lp) in enumerate(zip(sampling, tokens, logprobs)):
             seq = s.seq
             if i in errors:

@@ -29,13 +29,14 @@ class RequestOutput:
 
 
 class OutputProcessor:
-    """Detokenizes each sequence incrementally and decides when it stops.
+    """Detokenizes each sequence incrementally and decides when it stops (without a tokenizer —
+    the cost-only runner — there is no text: token ids and the length rules only).
 
     With stop strings, the last `max(len(stop)) - 1` characters are held back until it is certain
     they do not begin a stop string, so a client never sees part of one.
     """
 
-    def __init__(self, tokenizer: Tokenizer, eos_token_ids: tuple[int, ...], max_model_len: int):
+    def __init__(self, tokenizer: Tokenizer | None, eos_token_ids: tuple[int, ...], max_model_len: int):
         self.tokenizer = tokenizer
         self.eos_token_ids = set(eos_token_ids)
         self.max_model_len = max_model_len
@@ -43,7 +44,8 @@ class OutputProcessor:
         self._emitted: dict[str, int] = {}  # characters of output_text already sent
 
     def add(self, seq: Sequence) -> None:
-        self._detok[seq.request_id] = IncrementalDetokenizer(self.tokenizer, seq.prompt_token_ids)
+        if self.tokenizer is not None:
+            self._detok[seq.request_id] = IncrementalDetokenizer(self.tokenizer, seq.prompt_token_ids)
         self._emitted[seq.request_id] = 0
 
     def forget(self, request_id: str) -> None:
@@ -58,7 +60,8 @@ class OutputProcessor:
         held back or could not finish (part of a character, a possible stop string) follows from
         here."""
         seq.output_token_ids.extend(token_ids)
-        seq.output_text = self._detok[seq.request_id].add(token_ids)
+        if self.tokenizer is not None:
+            seq.output_text = self._detok[seq.request_id].add(token_ids)
         self._emitted[seq.request_id] = sent_chars
 
     def on_token(self, seq: Sequence, token: int) -> SequenceStatus | None:
@@ -72,8 +75,8 @@ class OutputProcessor:
             if token in p.stop_token_ids:
                 seq.stop_reason = token
                 return SequenceStatus.FINISHED_STOPPED
-        detok = self._detok[seq.request_id]
-        delta = detok.add([token])
+        detok = self._detok.get(seq.request_id)
+        delta = detok.add([token]) if detok is not None else ""
         if delta:
             seq.output_text += delta
             if p.stop and n_out >= p.min_tokens and self._match_stop_string(seq, len(delta)):

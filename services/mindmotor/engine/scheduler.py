@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from .block_manager import BlockManager
 from .kv_connector import SchedulerKVConnector
@@ -80,10 +82,11 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    def __init__(self, config: SchedulerConfig, block_manager: BlockManager):
+    def __init__(self, config: SchedulerConfig, block_manager: BlockManager,
+                 clock: Callable[[], float] = time.monotonic):
         self.config = config
         self.block_manager = block_manager
-        self.kv = SchedulerKVConnector(block_manager.block_size)
+        self.kv = SchedulerKVConnector(block_manager.block_size, clock)   # pins' deadlines on `clock`
         self.waiting: list[Sequence] = []   # heap by (priority, arrival)
         self.running: list[Sequence] = []   # sorted by (priority, arrival)
         self.num_preemptions = 0

@@ -47,17 +47,20 @@ def check_token_ids(ids: Iterable[int], what: str, vocab_size: int | None = None
     when the vocabulary is not known here). `what` names them in the message, `param` (default:
     `what`) is the field."""
     param = param or what
-    out = []
-    for t in ids:
-        try:
-            if isinstance(t, bool):
-                raise TypeError
-            out.append(operator.index(t))       # ints and numpy integers; not floats, not bools
-        except TypeError:
-            raise InvalidRequest(f"{what} must be integers, got {t!r}", param=param) from None
+    if type(ids) is list and set(map(type, ids)) <= {int}:     # the usual case, checked at C speed
+        out = list(ids)
+    else:
+        out = []
+        for t in ids:
+            try:
+                if isinstance(t, bool):
+                    raise TypeError
+                out.append(operator.index(t))       # ints and numpy integers; not floats, not bools
+            except TypeError:
+                raise InvalidRequest(f"{what} must be integers, got {t!r}", param=param) from None
     limit = INT32_MAX + 1 if vocab_size is None else min(vocab_size, INT32_MAX + 1)
-    bad = [t for t in out if not 0 <= t < limit]
-    if bad:
+    if out and (min(out) < 0 or max(out) >= limit):
+        bad = [t for t in out if not 0 <= t < limit]
         where = f"the vocabulary [0, {vocab_size})" if vocab_size is not None else "[0, 2^31)"
         raise InvalidRequest(f"{what} {bad[:5]} are outside {where}", param=param)
     return out

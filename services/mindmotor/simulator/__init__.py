@@ -1,7 +1,8 @@
 """`mindmotor simulate`: a cluster of emulated cards replaying a trace in emulated time.
 
-The real scheduler, block manager and routing policies decide what runs; the device's cost model
-says how long each step takes; no model forward runs. See docs/emulator.md.
+Each instance is the real `LLMEngine` with the cost-only runner (no weights, no forward pass) on
+the cluster's virtual clock; the coordinator's routing policies place requests; the device's cost
+model says how long each step takes. See docs/emulator.md.
 """
 
 from mindmotor.simulator.cluster import ClusterSpec

@@ -1,24 +1,25 @@
-"""One simulated instance: the engine's real `Scheduler` and `BlockManager` on an emulated card's
-KV pool, stepped in emulated time by the device's `CostModel` — `LLMEngine.step()` without the
-model forward, the sampler and detokenization (a placeholder token is appended instead; with
-fixed output lengths token values never change what is scheduled)."""
+"""One simulated instance: a real `LLMEngine` with the cost-only runner (no weights, no forward
+pass; `engine/cost_only_runner.py`) on the cluster's virtual clock. The engine schedules, batches,
+preempts, pins prefilled KV and waits for KV loads exactly as a worker's does; this module only
+hands it requests, steps it, and reads its outputs back as the trace requests' events. A step's
+emulated duration is the device `CostModel`'s price of the step the scheduler chose
+(`LLMEngine.last_step_s`).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
-from mindmotor.device.cost_model import CostModel, StepShape
-from mindmotor.device.hbm import plan_kv_cache
-from mindmotor.device.profiles import ModelProfile
-from mindmotor.device.specs import DeviceSpec
-from mindmotor.engine.block_manager import BlockManager
-from mindmotor.engine.continuation import KVSource
-from mindmotor.engine.kv_connector import KVLoad
+from mindmotor.engine.config import EngineConfig
+from mindmotor.engine.continuation import Continuation, KVSource
+from mindmotor.engine.cost_only_runner import PLACEHOLDER_TOKEN
+from mindmotor.engine.kv_connector import KVBlocks, KVLoad
+from mindmotor.engine.llm_engine import LLMEngine
+from mindmotor.engine.sequence import Sequence
 from mindmotor.rules.sampling_params import SamplingParams
-from mindmotor.engine.scheduler import Scheduler, SchedulerConfig
-from mindmotor.engine.sequence import Sequence, SequenceStatus
+from mindmotor.vocabulary import FinishReason
 
-PLACEHOLDER_TOKEN = 1
 PIN_TTL_S = float("inf")     # emulated time: the decode side always releases the pin
 
 
@@ -35,118 +36,133 @@ class SimRequest:
     tokens_done: int = 0
     handoff: bool = False               # prefilled on a prefill instance, decoded elsewhere
     prefill_instance: int | None = None
-    seq: Sequence | None = field(default=None, repr=False)
+    seq: Sequence | None = field(default=None, repr=False)   # the engine's, where it is now
+
+    @property
+    def request_id(self) -> str:
+        return str(self.index)
+
+    def prompt_token_ids(self, vocab_size: int) -> list[int]:
+        """The trace carries lengths only: one token id per request, repeated (distinct requests
+        share no prefix)."""
+        return [2 + self.index % (vocab_size - 2)] * self.prompt_tokens
+
+    def params(self) -> SamplingParams:
+        return SamplingParams(max_tokens=self.output_tokens, ignore_eos=True)
 
 
 @dataclass
 class StepEvents:
-    """What one step produced, reported at its end."""
+    """What one step produced (the engine's outputs), reported at its end."""
     tokens: list[SimRequest] = field(default_factory=list)       # one new token each
     finished: list[SimRequest] = field(default_factory=list)
     prefilled: list[SimRequest] = field(default_factory=list)    # P/D: first token, KV pinned
 
 
+def engine_config(spec, num_blocks: int | None = None) -> EngineConfig:
+    """The engine a `ClusterSpec`'s instance runs: its card, profile and limits, cost-only."""
+    return EngineConfig(
+        runner="cost_only", device=spec.device, emulate=spec.model, tensor_parallel=spec.tp, timing="virtual",
+        memory_fraction=spec.memory_fraction, block_size=spec.block_size, num_blocks=num_blocks,
+        max_num_seqs=spec.max_num_seqs, max_num_batched_tokens=spec.max_num_batched_tokens,
+        max_model_len=spec.max_model_len, enable_prefix_caching=spec.enable_prefix_caching,
+        enable_chunked_prefill=spec.enable_chunked_prefill, kv_pin_ttl_s=PIN_TTL_S)
+
+
 class SimInstance:
-    def __init__(self, index: int, role: str, node: int, spec: DeviceSpec, profile: ModelProfile, *,
-                 max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int, block_size: int,
-                 memory_fraction: float, enable_chunked_prefill: bool, enable_prefix_caching: bool,
-                 num_blocks: int | None = None):
+    def __init__(self, index: int, role: str, node: int, config: EngineConfig, clock: Callable[[], float]):
         self.index, self.role, self.node = index, role, node
-        self.cost_model = CostModel(spec, profile)
-        _, self.kv_plan = plan_kv_cache(spec, profile, block_size=block_size, memory_fraction=memory_fraction,
-                                        max_num_batched_tokens=max_num_batched_tokens)
-        num_blocks = num_blocks or self.kv_plan.num_blocks
-        self.block_manager = BlockManager(num_blocks, block_size, enable_prefix_caching)
-        self.max_model_len = min(max_model_len, num_blocks * block_size)
-        self.scheduler = Scheduler(SchedulerConfig(
-            max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-            max_model_len=self.max_model_len, enable_chunked_prefill=enable_chunked_prefill),
-            self.block_manager)
-        self.requests: dict[str, SimRequest] = {}
-        self.busy_until = 0.0
+        self.engine = LLMEngine(config, clock=clock)
+        self.requests: dict[str, SimRequest] = {}      # in flight here, by request id
         self.busy_s = 0.0
         self.steps = 0
-        self.kv_usage_time = 0.0                     # integral of usage over busy time
+        self.kv_usage_time = 0.0                     # integral of usage (after each step) over busy time
         self.kv_usage_peak = 0.0
         self.outstanding_tokens = 0                  # what the router counts as in flight here
         self.in_flight = 0
 
-    # ---- requests ---------------------------------------------------------------------------
-    def add(self, req: SimRequest, prefill_only: bool = False) -> None:
-        seq = self._sequence(req)
-        seq.prefill_only = prefill_only
-        self.scheduler.add(seq)
+    # ---- what the router, the report and the tests read: the engine's own state ----------------
+    @property
+    def scheduler(self):
+        return self.engine.scheduler
 
-    def add_continuation(self, req: SimRequest, prefill: "SimInstance") -> None:
-        """Decode side of a handoff: a continuation of the request's first token whose prompt KV is
-        pinned on `prefill` — the scheduler reserves its blocks in its turn and it waits for the
-        KV (`take_kv_loads`, then `finish_kv_load`), as in the engine."""
-        seq = self._sequence(req)
-        seq.output_token_ids.append(PLACEHOLDER_TOKEN)
-        seq.kv_source = KVSource(address=f"sim-{prefill.index}", handle=seq.request_id)
-        self.scheduler.add(seq)
+    @property
+    def block_manager(self):
+        return self.engine.block_manager
 
-    def _sequence(self, req: SimRequest) -> Sequence:
-        seq = Sequence(request_id=str(req.index), prompt_token_ids=[req.index + 2] * req.prompt_tokens,
-                       params=SamplingParams(max_tokens=req.output_tokens, ignore_eos=True),
-                       arrival_time=req.arrival_s, max_total_tokens=self.max_model_len)
-        req.seq = seq
-        self.requests[seq.request_id] = req
-        return seq
+    @property
+    def cost_model(self):
+        return self.engine.device.cost_model
 
-    def take_kv_loads(self) -> list[KVLoad]:
-        """The KV pulls the scheduler started (in the last `step`)."""
-        return self.scheduler.kv.take_loads()
+    @property
+    def kv_plan(self):
+        return self.engine.device.kv_plan
 
-    def finish_kv_load(self, req: SimRequest) -> None:
-        """The KV arrived: the request decodes from the next step."""
-        self.scheduler.finish_kv_load(str(req.index), loaded=True)
-
-    def release_pinned(self, request_id: str) -> None:
-        self.scheduler.release_pin(request_id)
+    @property
+    def max_model_len(self) -> int:
+        return self.engine.max_model_len
 
     @property
     def has_work(self) -> bool:
-        return self.scheduler.num_unfinished > 0
+        return self.engine.has_unfinished_requests()
+
+    # ---- requests ---------------------------------------------------------------------------
+    def add(self, req: SimRequest, prefill_only: bool = False) -> None:
+        req.seq = self.engine.add_request(req.request_id, req.prompt_token_ids(self.engine.vocab_size), req.params(),
+                                          arrival_time=req.arrival_s, prefill_only=prefill_only)
+        self.requests[req.request_id] = req
+
+    def add_continuation(self, req: SimRequest, prefill: "SimInstance") -> None:
+        """Decode side of a handoff: the engine's continuation of the request's first token with
+        its prompt KV pinned on `prefill` (it reserves blocks in its turn, then waits for the KV)."""
+        cont = Continuation(output_token_ids=[PLACEHOLDER_TOKEN], sent_chars=0,
+                            kv_source=KVSource(address=f"sim-{prefill.index}", handle=req.request_id))
+        req.seq = self.engine.add_request(req.request_id, req.prompt_token_ids(self.engine.vocab_size),
+                                          req.params(), arrival_time=req.arrival_s, continuation=cont)
+        self.requests[req.request_id] = req
+
+    def take_kv_loads(self) -> list[KVLoad]:
+        """The KV pulls the engine's scheduler started (in the last `step`)."""
+        return self.engine.take_kv_loads()
+
+    def pull_kv(self, load: KVLoad, prefill: "SimInstance") -> KVBlocks | None:
+        """What a decode worker's KV connector does first: pull the pinned KV from the prefill
+        engine; None when the pin is gone (a continuation preempted after its load asks again: it
+        falls back to computing its prompt here)."""
+        try:
+            return prefill.engine.read_pinned_kv(load.source.handle, load.skip_blocks)
+        except KeyError:
+            return None
+
+    def receive_kv(self, load: KVLoad, kv: KVBlocks | None, prefill: "SimInstance") -> None:
+        """The pull arrived (`kv`) or failed (None): hand it to the engine, release the pin."""
+        self.engine.finish_kv_load(load.request_id, kv)
+        prefill.engine.release_kv(load.source.handle)
 
     # ---- one step ---------------------------------------------------------------------------
     def step(self) -> tuple[float, StepEvents] | None:
-        """Schedule and account one step; (its emulated seconds, what it produced) or None."""
-        sched = self.scheduler.schedule()
-        if sched.empty:
+        """One engine step; (its emulated seconds, what it produced) or None if nothing ran."""
+        engine = self.engine
+        steps = engine.steps
+        outputs = engine.step()
+        if engine.steps == steps:
+            if outputs:     # a failed step: the cost-only engine has no reason to fail
+                raise RuntimeError(f"instance {self.index}: an engine step failed: {outputs[0].error}")
             return None
-        shape = StepShape()
-        sampling = []
-        for s in sched.scheduled:
-            seq = s.seq
-            start = seq.num_computed_tokens
-            if s.num_new_tokens == 1:
-                shape.decodes.append(start + 1)
-            else:
-                shape.prefills.append((s.num_new_tokens, start))
-            if s.samples:
-                sampling.append(seq)
-        seconds = self.cost_model.step(shape).seconds
-        bm = self.block_manager
-        usage = bm.usage
+        seconds = engine.last_step_s
+        usage = engine.block_manager.usage
         self.kv_usage_time += usage * seconds
         self.kv_usage_peak = max(self.kv_usage_peak, usage)
-        for s in sched.scheduled:
-            s.seq.num_computed_tokens += s.num_new_tokens
-            bm.cache_blocks(s.seq)
         events = StepEvents()
-        for seq in sampling:
-            req = self.requests[seq.request_id]
-            seq.output_token_ids.append(PLACEHOLDER_TOKEN)
-            events.tokens.append(req)
-            if seq.num_output_tokens >= req.output_tokens or seq.num_tokens >= seq.max_total_tokens:
-                self.scheduler.finish(seq, SequenceStatus.FINISHED_LENGTH)
-                del self.requests[seq.request_id]
-                events.finished.append(req)
-            elif seq.prefill_only:
-                self.scheduler.hand_off(seq, PIN_TTL_S)
-                del self.requests[seq.request_id]
-                events.prefilled.append(req)
+        for out in outputs:
+            req = self.requests[out.request_id]
+            if out.finish_reason == FinishReason.ERROR:
+                raise RuntimeError(f"instance {self.index}: request {out.request_id} failed: {out.error}")
+            if out.new_token_ids:
+                events.tokens.append(req)
+            if out.finished:
+                del self.requests[out.request_id]
+                (events.prefilled if out.finish_reason == FinishReason.PREFILLED else events.finished).append(req)
         self.steps += 1
         self.busy_s += seconds
         return seconds, events

@@ -1,9 +1,14 @@
-"""The event loop: trace arrivals routed by the coordinator's real policies to `SimInstance`s,
-each stepping in emulated time; P/D handoffs go through the engine's own continuation path (the
-decode side's scheduler admits a continuation with a KV source in its turn, reserving blocks for
-the prompt; its KV load is priced by `CostModel.kv_transfer_seconds` over HCCS within a node or
-the inter-node link across, then it decodes; the prefill side holds the KV pinned until the pull
-is done).
+"""The event loop: trace arrivals routed by the coordinator's real policies to instances, each a
+real `LLMEngine` with the cost-only runner on the cluster's virtual clock (instance.py). The loop
+owns time and the network between engines, nothing else: it moves the clock from event to event,
+steps an idle engine that has work, holds a step's outputs until its emulated duration has passed,
+and carries P/D handoffs the way workers do — the prefill engine pins the KV of a prefill-only
+request; the decode engine admits the continuation in its turn (reserving blocks for the prompt)
+and asks for its KV (`take_kv_loads`); as a decode worker's KV connector does, the pinned KV is
+read from the prefill engine (`read_pinned_kv`), its transfer priced by the decode device
+(`price_kv_transfer`: HCCS within a node, the inter-node link across), and when it has arrived it
+is handed over (`finish_kv_load`) and the pin released. A pull whose pin is gone (a continuation
+preempted after its load asks again) falls back at once to computing the prompt there.
 
 Events happen in time order. A step's scheduling and bookkeeping happen at its start (as in
 `LLMEngine.step`, where postprocessing precedes the device's pacing); its tokens become visible
@@ -23,11 +28,9 @@ from mindmotor.coordinator.routing.table import InstanceView
 from mindmotor.coordinator.routing.policies import make_policy
 from mindmotor.coordinator.routing.policies.base import RouteRequest
 from mindmotor.coordinator.routing.policies.least_load import LeastLoad
-from mindmotor.device.hf_profile import resolve_profile
-from mindmotor.device.specs import get_device_spec
 from mindmotor.simulator.cluster import ClusterSpec
 from mindmotor.simulator.dynamic_roles import DynamicRoles
-from mindmotor.simulator.instance import SimInstance, SimRequest
+from mindmotor.simulator.instance import SimInstance, SimRequest, engine_config
 from mindmotor.simulator.trace import TraceRequest
 
 ARRIVAL, STEP_END, KV_ARRIVE = 0, 1, 2
@@ -50,17 +53,11 @@ class SimulationResult:
 class _Cluster:
     def __init__(self, spec: ClusterSpec, num_blocks: int | None = None):
         self.spec = spec
-        device = get_device_spec(spec.device)
-        profile = resolve_profile(spec.model, spec.tp)
+        self.now = 0.0                               # the virtual clock every engine reads
         per_node = spec.cards_per_node // spec.tp
-        self.instances = [
-            SimInstance(i, role, i // per_node, device, profile, max_num_seqs=spec.max_num_seqs,
-                        max_num_batched_tokens=spec.max_num_batched_tokens,
-                        max_model_len=spec.max_model_len, block_size=spec.block_size,
-                        memory_fraction=spec.memory_fraction,
-                        enable_chunked_prefill=spec.enable_chunked_prefill,
-                        enable_prefix_caching=spec.enable_prefix_caching, num_blocks=num_blocks)
-            for i, role in enumerate(spec.roles())]
+        config = engine_config(spec, num_blocks)
+        self.instances = [SimInstance(i, role, i // per_node, config, self.clock)
+                          for i, role in enumerate(spec.roles())]
         self.entry = [x for x in self.instances if x.role == Role.PREFILL] or \
             [x for x in self.instances if x.role == Role.MIXED]
         self.decoders = [x for x in self.instances if x.role == Role.DECODE] or \
@@ -70,6 +67,9 @@ class _Cluster:
         self.decode_policy = LeastLoad()
         self.max_model_len = min(x.max_model_len for x in self.instances)
 
+    def clock(self) -> float:
+        return self.now
+
     def view(self, inst: SimInstance) -> InstanceView:
         return InstanceView(instance_id=f"sim-{inst.index:04d}", address="", role=inst.role,
                             block_size=self.spec.block_size, running=len(inst.scheduler.running),
@@ -78,7 +78,7 @@ class _Cluster:
 
     def choose(self, policy, candidates: list[SimInstance], req: SimRequest) -> SimInstance:
         views = [self.view(x) for x in candidates]
-        route = RouteRequest(prompt_token_ids=[req.index + 2] * req.prompt_tokens,
+        route = RouteRequest(prompt_token_ids=req.prompt_token_ids(candidates[0].engine.vocab_size),
                              max_new_tokens=req.output_tokens) if self.spec.routing == "cache_aware" \
             and policy is self.policy else _LengthOnly(req.prompt_tokens, req.output_tokens)
         chosen = policy.choose(views, route)
@@ -129,10 +129,13 @@ def simulate(spec: ClusterSpec, trace: list[TraceRequest], num_blocks: int | Non
         for load in inst.take_kv_loads():         # continuations admitted by this step's schedule
             req = inst.requests[load.request_id]
             prefill = cluster.instances[req.prefill_instance]
-            link = "intra_node" if prefill.node == inst.node else "inter_node"
-            seconds = inst.cost_model.kv_transfer_seconds(load.num_tokens, link)
-            stats["kv_transfer_s"] += seconds
-            heapq.heappush(events, (now + seconds, next(counter), KV_ARRIVE, inst, req))
+            kv, seconds = inst.pull_kv(load, prefill), 0.0
+            if kv is not None:                    # priced as the worker prices what it pulled
+                link = "intra_node" if prefill.node == inst.node else "inter_node"
+                seconds = inst.engine.price_kv_transfer(
+                    min(load.num_tokens, kv.num_blocks * spec.block_size), link)
+                stats["kv_transfer_s"] += seconds
+            heapq.heappush(events, (now + seconds, next(counter), KV_ARRIVE, inst, (load, kv)))
         if result is None:                        # waiting for blocks another holder frees
             return
         seconds, produced = result
@@ -144,6 +147,7 @@ def simulate(spec: ClusterSpec, trace: list[TraceRequest], num_blocks: int | Non
 
     while events:
         now, _, kind, a, b = heapq.heappop(events)
+        cluster.now = now
         if kind == ARRIVAL:
             req = a
             inst = cluster.choose(cluster.policy, cluster.entry, req)
@@ -180,10 +184,9 @@ def simulate(spec: ClusterSpec, trace: list[TraceRequest], num_blocks: int | Non
                 kick(dec)
             kick(inst)
         else:                                      # KV_ARRIVE
-            dec, req = a, b
-            dec.finish_kv_load(req)
-            prefill = cluster.instances[req.prefill_instance]
-            prefill.release_pinned(str(req.index))
+            dec, (load, kv) = a, b
+            prefill = cluster.instances[dec.requests[load.request_id].prefill_instance]
+            dec.receive_kv(load, kv, prefill)
             kick(prefill)
             kick(dec)
         if roles is not None:
