@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,6 +22,7 @@ import httpx
 import pytest
 import pytest_asyncio
 
+from mindmotor.common.ports import free_port
 from mindmotor.common.roles import Role
 from mindmotor.controller.client import InstanceAgent, InstanceLoad, RoutingTableWatcher
 from mindmotor.protocol import controller_pb2
@@ -30,12 +30,6 @@ from mindmotor.protocol import controller_pb2
 REDIS_URL = os.environ.get("MINDMOTOR_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 FAST = {"--heartbeat-interval": "0.2", "--suspect-misses": "3", "--dead-after": "1.5", "--lease-ttl": "1"}
 HEARTBEAT_S, SUSPECT_S, DEAD_S, LEASE_S = 0.2, 0.6, 1.5, 1.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def redis_available() -> bool:

@@ -115,7 +115,7 @@ async def test_redis_prefixes_are_isolated(redis_prefix):
 
 
 async def test_unreachable_redis_raises_store_unavailable():
-    from .conftest import free_port
+    from mindmotor.common.ports import free_port
 
     s = RedisStore(f"redis://127.0.0.1:{free_port()}/0", socket_timeout_s=0.5)
     with pytest.raises(StoreUnavailable):

@@ -21,9 +21,9 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from mindmotor.common.ports import free_port
 from mindmotor.common.waiting import wait_until
 from mindmotor.runtime.child_process import ChildProcess
-from mindmotor.trainer.testing import free_port
 
 from . import artifacts as A
 
