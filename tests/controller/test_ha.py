@@ -14,7 +14,9 @@ from mindmotor.common.ports import free_port
 from mindmotor.common.store import RedisStore
 from mindmotor.controller.registry import INSTANCES
 
-from .conftest import DEAD_S, LEASE_S, REDIS_URL, eventually, state_of
+from service_processes import DEAD_S, LEASE_S, REDIS_URL
+
+from .conftest import eventually, state_of
 
 pytestmark = pytest.mark.asyncio
 SLACK = 2.0

@@ -13,7 +13,9 @@ import pytest_asyncio
 from fake_clock import FakeClock
 from mindmotor.common.store import MemoryStore, RedisStore, StoreUnavailable, open_store
 
-from .conftest import REDIS_URL, eventually
+from service_processes import REDIS_URL
+
+from .conftest import eventually
 
 pytestmark = pytest.mark.asyncio
 
