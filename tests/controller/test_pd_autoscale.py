@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import re
 
-import grpc
 import pytest
 
 from fake_clock import FakeClock
 from mindmotor.common.roles import Role
 from mindmotor.common.store import MemoryStore
+from mindmotor.common.waiting import wait_until
 from mindmotor.controller.config import ControllerConfig
 from mindmotor.controller.metrics import ControllerMetrics
 from mindmotor.controller.pd_autoscaler import PDAutoscaler
@@ -26,8 +26,7 @@ from mindmotor.controller.registry import Registry
 from mindmotor.model.testing import write_tiny_checkpoint
 from mindmotor.protocol import controller_pb2
 from mindmotor.protocol import worker_pb2 as pb
-from mindmotor.protocol import worker_pb2_grpc
-from mindmotor.runtime.child_process import ChildProcess
+from service_processes import WorkerProcess
 
 from .conftest import eventually
 
@@ -189,42 +188,28 @@ def tiny_model(tmp_path_factory):
     return write_tiny_checkpoint(tmp_path_factory.mktemp("pd-model"))
 
 
-def worker_stub(address: str) -> worker_pb2_grpc.WorkerStub:
-    return worker_pb2_grpc.WorkerStub(grpc.insecure_channel(address))
-
-
 def test_real_workers_report_latency_and_obey_the_switch(spawn_pd_controller, tiny_model, tmp_path):
     # a TTFT target no real request can meet, a TPOT target every request meets
     ctrl = spawn_pd_controller(**{"--pd-ttft-slo-ms": "0.001", "--pd-tpot-slo-ms": "100000"})
     workers = {}
     try:
         for worker_id, role in (("p0", "prefill"), ("d0", "decode"), ("d1", "decode")):
-            workers[worker_id] = ChildProcess(worker_id, [
-                "worker", "--model", str(tiny_model), "--host", "127.0.0.1", "--port", "0", "--metrics-port", "0",
-                "--timing", "virtual", "--worker-id", worker_id, "--role", role, "--controller", ctrl.address],
-                "MINDMOTOR_WORKER_READY", tmp_path / f"{worker_id}.log")
-        stubs = {w: worker_stub(f"127.0.0.1:{p.wait_ready(60)['port']}") for w, p in workers.items()}
+            workers[worker_id] = WorkerProcess(tiny_model, tmp_path / f"{worker_id}.log", "--timing", "virtual",
+                                               "--worker-id", worker_id, "--role", role, "--controller", ctrl.address)
+        stubs = {w: p.wait_ready().stub for w, p in workers.items()}
         for stub in stubs.values():
             req = pb.GenerateRequest(prompt_text="measure me", sampling=pb.SamplingParams(temperature=0, max_tokens=4))
             assert sum(len(c.token_ids) for c in stub.Generate(req, timeout=30)) == 4
 
-        switched = _wait(lambda: [w for w in ("d0", "d1") if stubs[w].Status(pb.StatusRequest()).role == Role.PREFILL.to_proto()])
+        switched = wait_until(lambda: [w for w in ("d0", "d1")
+                                       if stubs[w].Status(pb.StatusRequest()).role == Role.PREFILL.to_proto()],
+                              timeout=20, interval=0.05, what="a decode worker switched to prefill")
         assert len(switched) == 1
-        _wait(lambda: roles(ctrl)[switched[0]] == "prefill" and ctrl.instances()[switched[0]]["state"] == "ready")
+        wait_until(lambda: roles(ctrl)[switched[0]] == "prefill" and ctrl.instances()[switched[0]]["state"] == "ready",
+                   timeout=20, interval=0.05, what="the switch in the controller's records")
         record = ctrl.instances()["p0"]
         assert record["ttft_samples"] >= 1 and record["ttft_p90_s"] > 0
         assert decisions(ctrl)[("to_prefill", "ttft_miss")] == 1.0
     finally:
         for process in workers.values():
-            process.kill()
-
-
-def _wait(check, timeout: float = 20.0):
-    import time
-
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not met")
-        time.sleep(0.05)
-    return value
+            process.stop()
