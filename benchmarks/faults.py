@@ -44,6 +44,7 @@ from typing import Callable
 import httpx
 import yaml
 
+from mindmotor.common.ports import free_port
 from mindmotor.runtime.child_process import ChildProcess
 from mindmotor.runtime.proc_tree import descendants
 
@@ -54,12 +55,6 @@ RECOVER_TIMEOUT_S = 60.0
 
 def log(msg: str) -> None:
     print(f"[faults] {msg}", file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ---- the processes ------------------------------------------------------------------------------

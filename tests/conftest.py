@@ -1,5 +1,6 @@
-"""Fixtures shared across the suite: small real checkpoints written once per session; and the
-suite-wide secret grep — at the end of the session every log file the suite produced (under
+"""Fixtures shared across the suite: small real checkpoints written once per session; real
+controllers (`spawn_controller`, tests/support/service_processes.py); a Redis key prefix of the
+test's own (`redis_prefix`); and the suite-wide secret grep — at the end of the session every log file the suite produced (under
 pytest's base temporary directory, and the /tmp/mindmotor-up-* and /tmp/mindmotor-deployer-*
 directories made during the session) is searched for every secret registered through
 tests/support/secrets_registry.py and for every private key found there; a hit fails the session."""
@@ -8,12 +9,14 @@ from __future__ import annotations
 
 import glob
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
 import secrets_registry
 from mindmotor.model.testing import write_tiny_checkpoint
+from service_processes import FAST_CONTROLLER, REDIS_URL, ControllerProcess
 
 DEFAULT_LOG_DIR_PATTERNS = ("/tmp/mindmotor-up-*", "/tmp/mindmotor-deployer-*")
 _session_started = time.time()
@@ -30,6 +33,43 @@ def tiny_qwen2_ckpt(tmp_path_factory):
     """The same shape as Qwen2: q/k/v bias, tied embeddings."""
     return write_tiny_checkpoint(tmp_path_factory.mktemp("tiny-qwen2"), architecture="Qwen2ForCausalLM",
                                  attention_bias=True, tie_word_embeddings=True, seed=1)
+
+
+@pytest.fixture
+def spawn_controller(tmp_path):
+    """spawn_controller(*args, fast=True, extra=None, port=0, admin_token=None, redis_prefix=None,
+    redis_url=None) -> a ready `ControllerProcess`, killed at teardown. `fast`: the short timings of
+    `FAST_CONTROLLER`; `extra`: more flags ({"--flag": "value"}, None for a flag without a value)."""
+    started: list[ControllerProcess] = []
+
+    def spawn(*args: str, fast: bool = True, extra: dict[str, str | None] | None = None,
+              **kwargs) -> ControllerProcess:
+        flags = {**(FAST_CONTROLLER if fast else {}), **(extra or {})}
+        process = ControllerProcess(tmp_path / f"controller-{len(started)}.log", *args, flags=flags, **kwargs)
+        started.append(process)
+        return process.wait_ready()
+
+    yield spawn
+    for process in started:
+        process.kill()
+
+
+@pytest.fixture
+def redis_prefix():
+    """A fresh key prefix in the test Redis (`REDIS_URL`); every key under it is deleted afterwards.
+    Fails (not skips) without a Redis: .ci/run starts one."""
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=0.5)
+    try:
+        client.ping()
+    except redis.RedisError:
+        pytest.fail(f"no Redis at {REDIS_URL}: these tests need a real Redis (.ci/run starts one)")
+    prefix = f"mmtest:{uuid.uuid4().hex[:10]}:"
+    yield prefix
+    for key in client.scan_iter(match=prefix + "*"):
+        client.delete(key)
+    client.close()
 
 
 def pytest_sessionstart(session):

@@ -6,9 +6,8 @@ import subprocess
 import sys
 
 from mindmotor.cli import build_parser
+from mindmotor.common.ports import free_port
 from mindmotor.controller.cli import config_from_args
-
-from .conftest import free_port
 
 
 def run(*args: str, timeout: float = 20) -> subprocess.CompletedProcess:

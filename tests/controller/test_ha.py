@@ -10,10 +10,13 @@ import redis
 
 import pytest
 
+from mindmotor.common.ports import free_port
 from mindmotor.common.store import RedisStore
 from mindmotor.controller.registry import INSTANCES
 
-from .conftest import DEAD_S, LEASE_S, REDIS_URL, eventually, free_port, state_of
+from service_processes import DEAD_S, LEASE_S, REDIS_URL
+
+from .conftest import eventually, state_of
 
 pytestmark = pytest.mark.asyncio
 SLACK = 2.0

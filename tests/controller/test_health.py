@@ -12,7 +12,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from mindmotor.common.roles import Role
 from mindmotor.protocol import controller_pb2, controller_pb2_grpc
 
-from .conftest import DEAD_S, SUSPECT_S, eventually, state_of
+from service_processes import DEAD_S, SUSPECT_S
+
+from .conftest import eventually, state_of
 
 pytestmark = pytest.mark.asyncio
 SLACK = 2.0   # scheduling slack on a busy 2-core machine

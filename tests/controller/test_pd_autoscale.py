@@ -4,23 +4,29 @@ role; alternating signals inside the sustain or dwell time switch nothing; every
 counted in /metrics.
 
 Fake instances report canned latencies (fast, exact); one test runs real workers (tiny model,
-virtual timing) whose own measured latencies miss a deliberately tiny TTFT target.
+virtual timing) whose own measured latencies miss a deliberately tiny TTFT target. Where time is the
+subject (sustain and dwell), the leader's policy runs in-process on a `FakeClock` (`PDFleet`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import re
 
-import grpc
 import pytest
 
+from fake_clock import FakeClock
 from mindmotor.common.roles import Role
+from mindmotor.common.store import MemoryStore
+from mindmotor.common.waiting import wait_until
+from mindmotor.controller.config import ControllerConfig
+from mindmotor.controller.metrics import ControllerMetrics
+from mindmotor.controller.pd_autoscaler import PDAutoscaler
 from mindmotor.controller.pd_settings import DEFAULT_SLO, parse_slo
+from mindmotor.controller.registry import Registry
 from mindmotor.model.testing import write_tiny_checkpoint
+from mindmotor.protocol import controller_pb2
 from mindmotor.protocol import worker_pb2 as pb
-from mindmotor.protocol import worker_pb2_grpc
-from mindmotor.runtime.child_process import ChildProcess
+from service_processes import WorkerProcess
 
 from .conftest import eventually
 
@@ -96,42 +102,90 @@ async def test_sustained_ttft_miss_turns_a_decode_instance_into_prefill(spawn_pd
     assert record["ttft_p90_s"] == pytest.approx(0.3) and record["tpot_samples"] == 20
 
 
+class PDFleet:
+    """The leader's P/D policy in-process on a `FakeClock`: a registry (memory store), the
+    `PDAutoscaler`, and instances that heartbeat every 0.2 s of fake time with canned latencies and
+    obey a `set_role` command the way a worker does (the next heartbeat reports the new role)."""
+
+    def __init__(self, roles: dict[str, str], **settings):
+        self.clock = FakeClock(1000.0)
+        self.registry = Registry(MemoryStore(prefix="t:"), clock=self.clock)
+        self.config = ControllerConfig(**{"heartbeat_interval_s": 0.2, "pd_autoscale": True, "pd_ttft_slo_ms": 100,
+                                          "pd_tpot_slo_ms": 50, "pd_sustain_s": SUSTAIN_S, "pd_dwell_s": 60,
+                                          "pd_every": 1, **settings})
+        self.metrics = ControllerMetrics("c1")
+        self.autoscaler = PDAutoscaler(self.registry, self.config, self.metrics)
+        self.roles = dict(roles)
+        self.obeyed: list[tuple[str, str]] = []
+        self.latency = {"ttft_p90_s": 0.0, "ttft_samples": 0, "tpot_p90_s": 0.0, "tpot_samples": 0}
+
+    async def start(self) -> "PDFleet":
+        for n, (instance_id, role) in enumerate(self.roles.items()):
+            await self.registry.register(controller_pb2.RegisterRequest(
+                instance_id=instance_id, address=f"10.0.0.1:{9000 + n}", model="tiny", role=Role(role).to_proto()))
+        await self.heartbeats()
+        return self
+
+    def slow_prefill(self) -> None:
+        """TTFT at 3× its 100 ms target, TPOT at 0.2× its 50 ms target."""
+        self.latency = {"ttft_p90_s": 0.3, "ttft_samples": 20, "tpot_p90_s": 0.01, "tpot_samples": 20}
+
+    def slow_decode(self) -> None:
+        self.latency = {"ttft_p90_s": 0.02, "ttft_samples": 20, "tpot_p90_s": 0.2, "tpot_samples": 20}
+
+    async def heartbeats(self) -> None:
+        for instance_id, role in self.roles.items():
+            outcome = await self.registry.heartbeat(controller_pb2.HeartbeatRequest(
+                instance_id=instance_id, state="serving", role=Role(role).to_proto(), **self.latency), None)
+            for command in outcome.commands:
+                if "set_role" in command:
+                    self.roles[instance_id] = command["set_role"]["role"]
+                    self.obeyed.append((instance_id, self.roles[instance_id]))
+
+    async def run_for(self, seconds: float) -> None:
+        """`seconds` of fake time: a heartbeat round and (when due) a policy evaluation every 0.2 s."""
+        for _ in range(round(seconds / self.config.heartbeat_interval_s)):
+            self.clock.advance(self.config.heartbeat_interval_s)
+            await self.heartbeats()
+            if self.autoscaler.due(self.clock()):
+                await self.autoscaler.evaluate(self.clock())
+
+    def decisions(self) -> dict[tuple[str, str], float]:
+        return {(s.labels["action"], s.labels["reason"]): s.value
+                for metric in self.metrics.registry.collect() if metric.name == "mindmotor_controller_pd_decisions"
+                for s in metric.samples if s.name.endswith("_total")}
+
+
 @pytest.mark.asyncio
-async def test_alternating_signals_do_not_flap(spawn_pd_controller, make_instance):
-    ctrl = spawn_pd_controller(**{"--pd-sustain": "1.0"})
-    fleet = [await make_instance(ctrl.address, i, role=role)
-             for i, role in (("p0", "prefill"), ("p1", "prefill"), ("d0", "decode"), ("d1", "decode"))]
-    before = roles(ctrl)
+async def test_alternating_signals_do_not_flap():
+    fleet = await PDFleet({"p0": "prefill", "p1": "prefill", "d0": "decode", "d1": "decode"},
+                          pd_sustain_s=1.0).start()
+    before = dict(fleet.roles)
     # the signal flips every 0.4 s, well inside the 1 s sustain time: wishes restart, nothing switches
     for flip in range(8):
-        for instance in fleet:
-            (slow_prefill if flip % 2 == 0 else slow_decode)(instance)
-        await asyncio.sleep(0.4)
-    counted = decisions(ctrl)
+        (fleet.slow_prefill if flip % 2 == 0 else fleet.slow_decode)()
+        await fleet.run_for(0.4)
+    counted = fleet.decisions()
     assert counted.get(("none", "sustaining"), 0) >= 4
     assert not any(action != "none" for action, _ in counted)
-    assert all(not i.roles for i in fleet) and roles(ctrl) == before
+    assert not fleet.obeyed and fleet.roles == before
 
     # one sustained miss switches once; the opposite miss right after is held back by the dwell time
-    for instance in fleet:
-        slow_prefill(instance)
-    await eventually(lambda: decisions(ctrl).get(("to_prefill", "ttft_miss")), 5)
-    await eventually(lambda: list(roles(ctrl).values()).count("prefill") == 3, 5)
-    for instance in fleet:
-        slow_decode(instance)
-    await eventually(lambda: decisions(ctrl).get(("none", "dwell"), 0) >= 3, 10)
-    counted = decisions(ctrl)
+    fleet.slow_prefill()
+    await fleet.run_for(1.6)
+    assert fleet.decisions()[("to_prefill", "ttft_miss")] == 1.0
+    assert list(fleet.roles.values()).count("prefill") == 3
+    fleet.slow_decode()
+    await fleet.run_for(2.0)
+    counted = fleet.decisions()
+    assert counted.get(("none", "dwell"), 0) >= 3
     assert ("to_decode", "tpot_miss") not in counted and counted[("to_prefill", "ttft_miss")] == 1.0
-    assert sum(len(i.roles) for i in fleet) == 1
+    assert len(fleet.obeyed) == 1
 
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
     return write_tiny_checkpoint(tmp_path_factory.mktemp("pd-model"))
-
-
-def worker_stub(address: str) -> worker_pb2_grpc.WorkerStub:
-    return worker_pb2_grpc.WorkerStub(grpc.insecure_channel(address))
 
 
 def test_real_workers_report_latency_and_obey_the_switch(spawn_pd_controller, tiny_model, tmp_path):
@@ -140,32 +194,22 @@ def test_real_workers_report_latency_and_obey_the_switch(spawn_pd_controller, ti
     workers = {}
     try:
         for worker_id, role in (("p0", "prefill"), ("d0", "decode"), ("d1", "decode")):
-            workers[worker_id] = ChildProcess(worker_id, [
-                "worker", "--model", str(tiny_model), "--host", "127.0.0.1", "--port", "0", "--metrics-port", "0",
-                "--timing", "virtual", "--worker-id", worker_id, "--role", role, "--controller", ctrl.address],
-                "MINDMOTOR_WORKER_READY", tmp_path / f"{worker_id}.log")
-        stubs = {w: worker_stub(f"127.0.0.1:{p.wait_ready(60)['port']}") for w, p in workers.items()}
+            workers[worker_id] = WorkerProcess(tiny_model, tmp_path / f"{worker_id}.log", "--timing", "virtual",
+                                               "--worker-id", worker_id, "--role", role, "--controller", ctrl.address)
+        stubs = {w: p.wait_ready().stub for w, p in workers.items()}
         for stub in stubs.values():
             req = pb.GenerateRequest(prompt_text="measure me", sampling=pb.SamplingParams(temperature=0, max_tokens=4))
             assert sum(len(c.token_ids) for c in stub.Generate(req, timeout=30)) == 4
 
-        switched = _wait(lambda: [w for w in ("d0", "d1") if stubs[w].Status(pb.StatusRequest()).role == Role.PREFILL.to_proto()])
+        switched = wait_until(lambda: [w for w in ("d0", "d1")
+                                       if stubs[w].Status(pb.StatusRequest()).role == Role.PREFILL.to_proto()],
+                              timeout=20, interval=0.05, what="a decode worker switched to prefill")
         assert len(switched) == 1
-        _wait(lambda: roles(ctrl)[switched[0]] == "prefill" and ctrl.instances()[switched[0]]["state"] == "ready")
+        wait_until(lambda: roles(ctrl)[switched[0]] == "prefill" and ctrl.instances()[switched[0]]["state"] == "ready",
+                   timeout=20, interval=0.05, what="the switch in the controller's records")
         record = ctrl.instances()["p0"]
         assert record["ttft_samples"] >= 1 and record["ttft_p90_s"] > 0
         assert decisions(ctrl)[("to_prefill", "ttft_miss")] == 1.0
     finally:
         for process in workers.values():
-            process.kill()
-
-
-def _wait(check, timeout: float = 20.0):
-    import time
-
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not met")
-        time.sleep(0.05)
-    return value
+            process.stop()

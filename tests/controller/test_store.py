@@ -1,4 +1,7 @@
-"""One contract for every Store: MemoryStore and RedisStore (real Redis, a unique key prefix)."""
+"""One contract for every Store: MemoryStore and RedisStore (real Redis, a unique key prefix).
+
+Expiry (TTLs, leases): the memory store runs on a `FakeClock` that the test moves past the TTL; a
+Redis key expires on the server's clock, so there the test waits until Redis reports it gone."""
 
 from __future__ import annotations
 
@@ -7,9 +10,12 @@ import asyncio
 import pytest
 import pytest_asyncio
 
+from fake_clock import FakeClock
 from mindmotor.common.store import MemoryStore, RedisStore, StoreUnavailable, open_store
 
-from .conftest import REDIS_URL
+from service_processes import REDIS_URL
+
+from .conftest import eventually
 
 pytestmark = pytest.mark.asyncio
 
@@ -17,7 +23,7 @@ pytestmark = pytest.mark.asyncio
 @pytest_asyncio.fixture(params=["memory", "redis"])
 async def store(request):
     if request.param == "memory":
-        s = MemoryStore(prefix="t:")
+        s = MemoryStore(prefix="t:", clock=FakeClock())
         yield s
         return
     prefix = request.getfixturevalue("redis_prefix")
@@ -25,6 +31,16 @@ async def store(request):
     yield s
     await s.clear()
     await s.close()
+
+
+async def after(store, seconds: float, expired) -> None:
+    """Let `seconds` pass for the store, then `expired()` (async) must hold: the memory store's fake
+    clock is moved on; Redis expires keys on its own clock, so it is given until then (and a margin)."""
+    if isinstance(store, MemoryStore):
+        store.clock.advance(seconds)
+        assert await expired()
+    else:
+        await eventually(expired, timeout=seconds + 5, interval=0.02)
 
 
 async def test_values_and_counters(store):
@@ -41,8 +57,11 @@ async def test_values_and_counters(store):
 async def test_value_ttl(store):
     await store.set("short", "v", ttl_s=0.1)
     assert await store.get("short") == "v"
-    await asyncio.sleep(0.2)
-    assert await store.get("short") is None
+    await after(store, 0.1, lambda: _is_none(store.get("short")))
+
+
+async def _is_none(value) -> bool:
+    return await value is None
 
 
 async def test_hashes(store):
@@ -85,7 +104,7 @@ async def test_leases(store):
     assert await store.renew_lease("L", "b", ttl_s=0.3) is False
     assert await store.release_lease("L", "b") is False
     assert await store.renew_lease("L", "a", ttl_s=0.15) is True
-    await asyncio.sleep(0.25)                                                # expired
+    await after(store, 0.15, lambda: _is_none(store.lease_holder("L")))     # expired
     assert await store.renew_lease("L", "a", ttl_s=0.3) is False
     assert await store.try_acquire_lease("L", "b", ttl_s=5) is True
     assert await store.release_lease("L", "a") is False
@@ -115,7 +134,7 @@ async def test_redis_prefixes_are_isolated(redis_prefix):
 
 
 async def test_unreachable_redis_raises_store_unavailable():
-    from .conftest import free_port
+    from mindmotor.common.ports import free_port
 
     s = RedisStore(f"redis://127.0.0.1:{free_port()}/0", socket_timeout_s=0.5)
     with pytest.raises(StoreUnavailable):

@@ -12,7 +12,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from mindmotor.common.redis_testing import RedisServer
 
-from .conftest import DEAD_S, REDIS_URL, eventually
+from service_processes import DEAD_S, REDIS_URL
+
+from .conftest import eventually
 
 pytestmark = pytest.mark.asyncio
 
@@ -84,7 +86,7 @@ async def test_flushed_keys_keep_the_table_until_instances_reregister(
 async def test_an_instance_that_never_reregisters_leaves_after_the_dead_timeout(
         spawn_controller, make_instance, make_watcher, redis_prefix):
     ctrl = spawn_controller(redis_prefix=redis_prefix)
-    a = await make_instance(ctrl.address, "a")
+    await make_instance(ctrl.address, "a")
     b = await make_instance(ctrl.address, "b")
     watcher = await make_watcher(ctrl.address)
     await watcher.wait_for(lambda t: routable(t) == {"a", "b"}, timeout=5)

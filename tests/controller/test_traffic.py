@@ -9,9 +9,8 @@ import pytest
 
 from secrets_registry import given_secret
 from mindmotor.common.admin_token import bearer_metadata
+from mindmotor.common.ports import free_port
 from mindmotor.protocol import controller_pb2, controller_pb2_grpc
-
-from .conftest import free_port
 
 pytestmark = pytest.mark.asyncio
 TOKEN = given_secret("controller-admin-token")

@@ -1,6 +1,6 @@
-"""Real processes and servers for the coordinator's tests: workers as subprocesses (started
-together, then waited for), a controller subprocess, the coordinator in-process (uvicorn on a free
-port, in a thread) or as a `mindmotor coordinator` subprocess. Everything is stopped and reaped at
+"""Real processes and servers for the coordinator's tests: the coordinator in-process (uvicorn on a
+free port, in a thread) or as a `mindmotor coordinator` subprocess. Workers and controllers are the
+suite's (tests/support/service_processes.py, re-exported here). Everything is stopped and reaped at
 teardown."""
 
 from __future__ import annotations
@@ -8,19 +8,19 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import threading
-import time
 from pathlib import Path
 
-import grpc
 import pytest
 
-from mindmotor.common.waiting import wait_until  # noqa: F401 (re-exported to the tests)
+from mindmotor.common.waiting import wait_until
 from mindmotor.coordinator.app import create_app
 from mindmotor.coordinator.config import load_settings
 from mindmotor.coordinator.http.server import bind_socket, make_server
-from mindmotor.protocol import worker_pb2 as pb
-from mindmotor.protocol import worker_pb2_grpc
 from mindmotor.runtime.child_process import ChildProcess, ChildProcessError
+from service_processes import START_TIMEOUT_S, WorkerProcess, start_controller, start_workers
+
+__all__ = ["HTTP_PROTOCOLS", "REALTIME_ARGS", "CoordinatorProcess", "InProcessCoordinator", "WorkerProcess",
+           "start_controller", "start_workers", "wait_until"]
 
 # uvicorn's HTTP/1.1 parsers the coordinator's HTTP limits are tested on (common/http_limits.py);
 # httptools only where its package is installed (it is not a dependency yet: h11 is the default).
@@ -29,7 +29,6 @@ HTTP_PROTOCOLS = [pytest.param("h11"), pytest.param("httptools", marks=pytest.ma
 
 # ~15 ms per decode step (Llama-2-7B on a 910B3): a 150-token stream lasts ~2 s.
 REALTIME_ARGS = ("--timing", "realtime", "--emulate", "llama2-7b")
-START_TIMEOUT_S = 60.0
 
 
 class _Process:
@@ -60,53 +59,6 @@ class _Process:
 
     def stop(self) -> None:
         self.child.kill()
-
-
-class WorkerProcess(_Process):
-    def __init__(self, model_dir: Path, log_path: Path, *extra_args: str, program: list[str] | None = None):
-        super().__init__("worker", ["worker", "--model", str(model_dir), "--host", "127.0.0.1", "--port", "0",
-                                    "--metrics-port", "0", *extra_args], "MINDMOTOR_WORKER_READY", log_path,
-                         program=program)
-        self.address = ""
-        self.channel = None
-
-    def wait_ready(self) -> "WorkerProcess":
-        self.address = f"127.0.0.1:{super().wait_ready()['port']}"
-        self.channel = grpc.insecure_channel(self.address)
-        self.stub = worker_pb2_grpc.WorkerStub(self.channel)
-        return self
-
-    def status(self) -> pb.StatusResponse:
-        return self.stub.Status(pb.StatusRequest(), timeout=5)
-
-    def idle(self) -> bool:
-        load = self.status().load
-        return load.running == 0 and load.waiting == 0 and load.in_flight == 0
-
-    def stop(self) -> None:
-        super().stop()
-        if self.channel is not None:
-            self.channel.close()
-
-
-def start_workers(model_dir: Path, log_dir: Path, count: int, *extra_args: str,
-                  program: list[str] | None = None) -> list[WorkerProcess]:
-    """`count` workers started at once, returned when all are ready."""
-    workers = [WorkerProcess(model_dir, log_dir / f"worker-{i}-{time.monotonic_ns()}.log", *extra_args,
-                             program=program) for i in range(count)]
-    try:
-        return [w.wait_ready() for w in workers]
-    except BaseException:
-        for w in workers:
-            w.stop()
-        raise
-
-
-class ControllerProcess(_Process):
-    def __init__(self, log_path: Path, *args: str):
-        super().__init__("controller", ["controller", "--host", "127.0.0.1", "--port", "0", "--admin-host", "127.0.0.1",
-                                        "--admin-port", "0", *args], "MINDMOTOR_CONTROLLER_READY", log_path)
-        self.address = f"127.0.0.1:{self.wait_ready()['port']}"
 
 
 class CoordinatorProcess(_Process):

@@ -24,8 +24,8 @@ from mindmotor.protocol import worker_pb2 as pb
 from mindmotor.protocol import worker_pb2_grpc
 from mindmotor.worker.model_info import read_model_info
 
-from .processes import (ControllerProcess, CoordinatorProcess, InProcessCoordinator, WorkerProcess,
-                        start_workers, wait_until)
+from .processes import (CoordinatorProcess, InProcessCoordinator, WorkerProcess, start_controller, start_workers,
+                        wait_until)
 
 MESSAGES = [{"role": "system", "content": "You write Python."}, {"role": "user", "content": "def add(a, b):"}]
 
@@ -230,7 +230,7 @@ def test_a_failed_model_info_is_retried_with_a_growing_backoff(tiny_ckpt):
 def test_a_model_registered_later_becomes_servable_without_a_restart(coordinator, model_name, tiny_ckpt, tmp_path):
     """`mindmotor coordinator --controller ADDR` and nothing else; a worker registers afterwards
     under `--served-model-name other` and is served as `other`, exactly as the configured model."""
-    controller = ControllerProcess(tmp_path / "controller.log", "--heartbeat-interval", "0.2")
+    controller = start_controller(tmp_path / "controller.log", "--heartbeat-interval", "0.2")
     started = [controller]
     try:
         watching = CoordinatorProcess(tmp_path / "coordinator.log", "--controller", controller.address)

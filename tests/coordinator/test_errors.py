@@ -7,6 +7,8 @@ import httpx
 import openai
 import pytest
 
+from mindmotor.common.ports import free_port
+
 
 @pytest.fixture(scope="module")
 def http(coordinator):
@@ -134,20 +136,11 @@ def test_body_over_the_limit_is_413_announced_or_chunked(make_coordinator, virtu
         assert small.status_code == 200
 
 
-def test_no_healthy_instance_is_503(make_coordinator, model_name, unused_port):
-    c = make_coordinator(workers=[f"127.0.0.1:{unused_port}"])
+def test_no_healthy_instance_is_503(make_coordinator, model_name):
+    c = make_coordinator(workers=[f"127.0.0.1:{free_port()}"])
     with httpx.Client(base_url=c.url, timeout=30) as http:
         error = assert_openai_error(http.post("/v1/completions", json={"model": model_name, "prompt": "hi"}), 503)
         assert error["code"] == "no_instance_available"
         assert http.get("/health").status_code == 503
         assert http.get("/ready").status_code == 503
         assert [m["id"] for m in http.get("/v1/models").json()["data"]] == [model_name]
-
-
-@pytest.fixture
-def unused_port():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

@@ -17,7 +17,7 @@ import pytest
 from mindmotor.protocol import worker_pb2 as pb
 from mindmotor.protocol.failure import ENGINE_DEAD, FAILURE_METADATA_KEY
 
-from .processes import ControllerProcess, InProcessCoordinator, start_workers, wait_until
+from .processes import InProcessCoordinator, start_controller, start_workers, wait_until
 
 FAULTY_WORKER = [sys.executable, str(Path(__file__).parent.parent / "worker" / "faulty_worker.py")]
 VOCAB = 384                 # the tiny checkpoint's
@@ -195,7 +195,7 @@ def test_busy_workers_mean_429_not_failed_instances(tiny_ckpt, tmp_path, model_n
 def test_a_dead_engines_worker_leaves_the_controllers_table_and_the_other_serves(tiny_ckpt, tmp_path, model_name):
     """Through the controller: the dying worker heartbeats "draining", deregisters and exits 1;
     the coordinator's routing table (the controller's Watch) drops it and the survivor serves."""
-    controller = ControllerProcess(tmp_path / "controller.log", "--heartbeat-interval", "0.2")
+    controller = start_controller(tmp_path / "controller.log", "--heartbeat-interval", "0.2")
     started = [controller]
     try:
         started += start_workers(tiny_ckpt, tmp_path, 2, "--timing", "virtual", "--controller", controller.address,

@@ -74,17 +74,17 @@ def test_a_controller_redis_restarted_empty_causes_no_503(make_coordinator, tiny
     """Real workers registered with a controller on a redis-server of its own; the coordinator
     watches the controller. Redis restarts without its data while requests flow: every request is
     answered, the workers re-register."""
-    from .processes import ControllerProcess, start_workers
+    from .processes import start_controller, start_workers
 
     with RedisServer() as server:
-        ctrl = ControllerProcess(tmp_path / "controller.log", "--redis-url", server.url, "--heartbeat-interval", "0.2",
-                                 "--suspect-misses", "3", "--dead-after", "1.5")
+        ctrl = start_controller(tmp_path / "controller.log", "--redis-url", server.url, "--heartbeat-interval", "0.2",
+                                "--suspect-misses", "3", "--dead-after", "1.5")
         workers = []
         try:
             workers = start_workers(tiny_ckpt, tmp_path, 2, "--timing", "virtual", "--controller", ctrl.address)
             c = make_coordinator(controllers=[ctrl.address])
             wait_until(lambda: sum(v.healthy for v in c.coordinator.table.all()) == 2, timeout=15)
-            admin = "http://127.0.0.1:" + ctrl.child.ready["admin_port"]
+            admin = ctrl.admin_url
 
             def stored() -> set[str]:
                 try:

@@ -21,9 +21,10 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from mindmotor.common.ports import free_port
 from mindmotor.common.waiting import wait_until
 from mindmotor.runtime.child_process import ChildProcess
-from mindmotor.trainer.testing import free_port
+from service_processes import WorkerProcess
 
 from . import artifacts as A
 
@@ -59,17 +60,19 @@ def serving(tiny_ckpt, tmp_path_factory):
         started.append(ChildProcess(name, args, ready, logs / f"{name}.log"))
         return started[-1].wait_ready(60)
 
+    worker = None
     try:
-        worker = start("worker", ["worker", "--model", str(tiny_ckpt), "--host", "127.0.0.1", "--port", "0",
-                                  "--metrics-port", "0", "--timing", "virtual", "--block-size", "4",
-                                  "--num-blocks", "24"], "MINDMOTOR_WORKER_READY")
+        worker = WorkerProcess(tiny_ckpt, logs / "worker.log", "--timing", "virtual", "--block-size", "4",
+                               "--num-blocks", "24").wait_ready()
         coordinator = start("coordinator", ["coordinator", "--host", "127.0.0.1", "--port", "0", "--worker",
-                                            f"127.0.0.1:{worker['port']}", "--model-dir", str(tiny_ckpt)],
+                                            worker.address, "--model-dir", str(tiny_ckpt)],
                             "MINDMOTOR_COORDINATOR_READY")
-        yield f"127.0.0.1:{coordinator['port']}", f"127.0.0.1:{worker['metrics_port']}"
+        yield f"127.0.0.1:{coordinator['port']}", f"127.0.0.1:{worker.metrics_port}"
     finally:
         for child in started:
             child.kill()
+        if worker is not None:
+            worker.stop()
 
 
 @pytest.fixture(scope="module")

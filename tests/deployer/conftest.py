@@ -16,7 +16,6 @@ import time
 import uuid
 from pathlib import Path
 
-import httpx
 import pytest
 
 from mindmotor.common.waiting import wait_until
@@ -24,10 +23,8 @@ from mindmotor.deployer.client import DeployerClient
 from mindmotor.deployer.spec import parse_spec
 from mindmotor.model.manifest import build_manifest, write_manifest
 from mindmotor.runtime.child_process import ChildProcess
+from service_processes import FAST_CONTROLLER, REDIS_URL, ControllerProcess, start_controller
 
-REDIS_URL = os.environ.get("MINDMOTOR_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-FAST_CONTROLLER = ["--heartbeat-interval", "0.2", "--suspect-misses", "3", "--dead-after", "1.5",
-                   "--lease-ttl", "1"]
 FAST_DEPLOYER = ["--reconcile-interval", "0.2", "--restart-backoff", "0.2", "--restart-backoff-max", "1",
                  "--drain-timeout", "5", "--lease-ttl", "0.5"]
 START_S = 30.0
@@ -71,8 +68,7 @@ class Cluster:
         self.deployment = f"d{uuid.uuid4().hex[:8]}"
         self.model = f"m-{self.deployment}"
         self.children: list[ChildProcess] = []
-        self.controller: ChildProcess | None = None
-        self.controller_token: str | None = None
+        self.controller: ControllerProcess | None = None
 
     # ---- processes --------------------------------------------------------------------------
     def spawn(self, name: str, args: list[str], ready_prefix: str) -> ChildProcess:
@@ -81,18 +77,15 @@ class Cluster:
         child.wait_ready(START_S)
         return child
 
-    def start_controller(self, admin_token: str | None = None) -> ChildProcess:
-        args = ["controller", "--host", "127.0.0.1", "--port", "0", "--admin-host", "127.0.0.1", "--admin-port", "0",
-                *FAST_CONTROLLER]
-        if admin_token:
-            args += ["--admin-token", admin_token]
-        self.controller_token = admin_token
-        self.controller = self.spawn("controller", args, "MINDMOTOR_CONTROLLER_READY")
+    def start_controller(self, admin_token: str | None = None) -> ControllerProcess:
+        self.controller = start_controller(self.tmp_path / f"controller-{len(self.children)}.log",
+                                           admin_token=admin_token, flags=FAST_CONTROLLER)
+        self.children.append(self.controller.child)
         return self.controller
 
     @property
     def controller_address(self) -> str:
-        return f"127.0.0.1:{self.controller.ready['port']}"
+        return self.controller.address
 
     def start_deployer(self, *extra: str, redis_prefix: str | None = None) -> ChildProcess:
         args = ["deployer", "--host", "127.0.0.1", "--port", "0", "--controller", self.controller_address,
@@ -130,10 +123,7 @@ class Cluster:
 
     # ---- what the controller sees -----------------------------------------------------------
     def instances(self) -> list[dict]:
-        headers = {"Authorization": f"Bearer {self.controller_token}"} if self.controller_token else {}
-        r = httpx.get(f"http://127.0.0.1:{self.controller.ready['admin_port']}/v1/instances", headers=headers, timeout=5)
-        r.raise_for_status()
-        return [i for i in r.json()["data"] if i["deployment"] == self.deployment]
+        return [i for i in self.controller.instances().values() if i["deployment"] == self.deployment]
 
     def ready_instances(self, version: str | None = None) -> dict[str, dict]:
         return {i["instance_id"]: i for i in self.instances()
@@ -167,23 +157,6 @@ def cluster(tmp_path, tiny_ckpt, monkeypatch):
         yield c
     finally:
         c.stop()
-
-
-@pytest.fixture
-def redis_prefix():
-    """A fresh key prefix in the test Redis; every key under it is deleted afterwards."""
-    import redis
-
-    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=0.5)
-    try:
-        client.ping()
-    except redis.RedisError:
-        pytest.fail(f"no Redis at {REDIS_URL}: these tests need a real Redis (.ci/run starts one)")
-    prefix = f"mmtest:{uuid.uuid4().hex[:10]}:"
-    yield prefix
-    for key in client.scan_iter(match=prefix + "*"):
-        client.delete(key)
-    client.close()
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,9 @@ import redis
 
 from mindmotor.common.waiting import wait_until
 
-from .conftest import REDIS_URL, owned_get, replica_pids
+from service_processes import REDIS_URL
+
+from .conftest import owned_get, replica_pids
 
 
 def deployer_of(pid: int, deployers) -> str:

@@ -19,9 +19,8 @@ from mindmotor.deployer.operations import Deployments
 from mindmotor.deployer.reconcile import Reconciler
 from mindmotor.deployer.spec import parse_spec
 from mindmotor.deployer.store import DeploymentStore
-from mindmotor.runtime.backoff import RestartBackoff
+from service_processes import REDIS_URL
 
-from .conftest import REDIS_URL
 from .doubles import Clock, ControllerView, MemoryBackend
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import ssl
@@ -26,6 +25,7 @@ import pytest
 import yaml
 
 from secrets_registry import given_secret
+from mindmotor.common.ports import free_ports
 from mindmotor.runtime.child_process import ChildProcess
 from mindmotor.runtime.proc_tree import descendants
 
@@ -58,16 +58,6 @@ def side_get(ready: dict[str, str], port_key: str, path: str, **kwargs) -> httpx
 PROMPTS = ["def fibonacci(n):", "import numpy as np\n", "The worker that serves this stream", "class Node:"]
 STREAM_TOKENS = 48
 BACK_WITHIN_S = 30.0          # generous for a loaded 2-core machine; it is seconds when idle
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 @pytest.fixture(scope="module")

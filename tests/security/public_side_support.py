@@ -9,22 +9,16 @@ import datetime
 import ipaddress
 import os
 import secrets
-import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from mindmotor.common.ports import free_port
 from mindmotor.common.waiting import wait_until
 from secrets_registry import given_private_key, given_secret
 from mindmotor.runtime.child_process import ChildProcess
 
 START_TIMEOUT_S = 60.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def token(prefix: str) -> str:

@@ -143,7 +143,7 @@ def test_the_trainer_demands_its_admin_token_on_every_call_but_health(tmp_path):
     from mindmotor.common.waiting import wait_until
     from mindmotor.protocol import trainer_pb2, trainer_pb2_grpc
 
-    from .public_side_support import free_port
+    from mindmotor.common.ports import free_port
 
     admin_token, port = token("admintok"), free_port()
     token_file = tmp_path / "token"

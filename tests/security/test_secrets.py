@@ -18,10 +18,11 @@ import grpc
 import httpx
 import pytest
 
+from mindmotor.common.ports import free_port
 from mindmotor.common.waiting import wait_until
 from mindmotor.protocol import controller_pb2, controller_pb2_grpc
 
-from .public_side_support import PasswordRedis, Service, clean_env, free_port, leaks, token
+from .public_side_support import PasswordRedis, Service, clean_env, leaks, token
 
 pytestmark = pytest.mark.timeout(240)
 

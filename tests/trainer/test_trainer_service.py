@@ -12,9 +12,10 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from mindmotor.protocol import trainer_pb2, trainer_pb2_grpc
+from mindmotor.common.ports import free_ports
 from mindmotor.model.manifest import verify_checkpoint
-from mindmotor.trainer.testing import PYTHON, free_port, stop_process, tiny_overrides, wait_for
+from mindmotor.protocol import trainer_pb2, trainer_pb2_grpc
+from mindmotor.trainer.testing import PYTHON, stop_process, tiny_overrides, wait_for
 
 State = trainer_pb2.JobState
 
@@ -22,7 +23,7 @@ State = trainer_pb2.JobState
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
     store = tmp_path_factory.mktemp("service-store")
-    port, metrics_port = free_port(), free_port()
+    port, metrics_port = free_ports(2)
     log_path = store.parent / "trainer-service.log"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(

@@ -6,7 +6,7 @@ import pytest
 
 from mindmotor.model.testing import write_tiny_checkpoint
 
-from .worker_process import REALTIME_ARGS, WorkerProcess
+from .worker_process import REALTIME_ARGS, WorkerProcess, start_worker as start_worker_process
 
 
 @pytest.fixture(scope="session")
@@ -22,7 +22,7 @@ def start_worker(tiny_model, tmp_path):
     def start(*extra_args: str) -> WorkerProcess:
         worker = WorkerProcess(tiny_model, tmp_path / f"worker-{len(started)}.log", *extra_args)
         started.append(worker)
-        return worker
+        return worker.wait_ready()
 
     yield start
     for worker in started:
@@ -32,7 +32,7 @@ def start_worker(tiny_model, tmp_path):
 @pytest.fixture(scope="session")
 def worker(tiny_model, tmp_path_factory):
     """The shared virtual-timing worker; tests must leave it serving."""
-    w = WorkerProcess(tiny_model, tmp_path_factory.mktemp("logs") / "worker.log", "--timing", "virtual")
+    w = start_worker_process(tiny_model, tmp_path_factory.mktemp("logs") / "worker.log", "--timing", "virtual")
     yield w
     w.stop()
 
@@ -40,6 +40,6 @@ def worker(tiny_model, tmp_path_factory):
 @pytest.fixture(scope="session")
 def realtime_worker(tiny_model, tmp_path_factory):
     """A shared realtime worker for mid-stream cancel/abort; tests must leave it serving."""
-    w = WorkerProcess(tiny_model, tmp_path_factory.mktemp("logs") / "realtime-worker.log", *REALTIME_ARGS)
+    w = start_worker_process(tiny_model, tmp_path_factory.mktemp("logs") / "realtime-worker.log", *REALTIME_ARGS)
     yield w
     w.stop()

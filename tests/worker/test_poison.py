@@ -20,7 +20,7 @@ from mindmotor.protocol.failure import ENGINE_DEAD, FAILURE_METADATA_KEY, PARAM_
 
 from abuse_specs import as_json, chained_lark, optional_chain, ref_chain
 from .rpc import collect, request
-from .worker_process import REALTIME_ARGS, WorkerProcess, wait_until
+from .worker_process import REALTIME_ARGS, start_worker, wait_until
 
 FAULTY_WORKER = [sys.executable, str(Path(__file__).with_name("faulty_worker.py"))]
 MAX_MODEL_LEN = 1024          # the tiny checkpoint's context
@@ -73,8 +73,8 @@ def test_reusing_a_pinned_prefills_id_is_refused_alone(worker):
 @pytest.fixture(scope="module")
 def faulty_worker(tiny_model, tmp_path_factory):
     """A worker whose engine raises for requests named `poison` (see faulty_worker.py)."""
-    w = WorkerProcess(tiny_model, tmp_path_factory.mktemp("logs") / "faulty.log", "--timing", "virtual",
-                      program=FAULTY_WORKER)
+    w = start_worker(tiny_model, tmp_path_factory.mktemp("logs") / "faulty.log", "--timing", "virtual",
+                     program=FAULTY_WORKER)
     yield w
     w.stop()
 
@@ -101,7 +101,7 @@ def test_an_engine_exception_fails_one_request_and_the_others_finish(faulty_work
 
 
 def test_a_dead_engine_ends_its_streams_stops_the_health_check_and_exits(tiny_model, tmp_path):
-    w = WorkerProcess(tiny_model, tmp_path / "dying.log", "--timing", "virtual", program=FAULTY_WORKER)
+    w = start_worker(tiny_model, tmp_path / "dying.log", "--timing", "virtual", program=FAULTY_WORKER)
     try:
         health = health_pb2_grpc.HealthStub(w.channel)
         watch = health.Watch(health_pb2.HealthCheckRequest(service=""), timeout=60)

@@ -66,11 +66,6 @@ def redact(text: str) -> str:
     return text
 
 
-def redact_url(url: str | None) -> str | None:
-    """A URL fit for a message: its password (if any) masked."""
-    return None if url is None else redact(url)
-
-
 _PLAIN = (int, float, bool, type(None))
 
 

@@ -16,17 +16,13 @@ import socket
 import subprocess
 import time
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from mindmotor.common.ports import free_port
 
 
 class RedisServer:
     def __init__(self, port: int | None = None, binary: str = "redis-server"):
         self.binary = shutil.which(binary) or binary
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.proc: subprocess.Popen | None = None
         self.start()
 

@@ -29,7 +29,7 @@ import json
 import os
 import time
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 from .redact import redact, register_url
 
@@ -147,9 +147,10 @@ class MemoryStore(Store):
 
     kind = "memory"
 
-    def __init__(self, prefix: str = DEFAULT_PREFIX):
+    def __init__(self, prefix: str = DEFAULT_PREFIX, clock: Callable[[], float] = time.monotonic):
         self.prefix = prefix
-        self._values: dict[str, tuple[str, float | None]] = {}   # key -> (text, expiry monotonic)
+        self.clock = clock                                        # what TTLs and leases expire by
+        self._values: dict[str, tuple[str, float | None]] = {}   # key -> (text, expiry on `clock`)
         self._hashes: dict[str, dict[str, str]] = {}
         self._subscribers: dict[str, set[asyncio.Queue]] = {}
 
@@ -158,7 +159,7 @@ class MemoryStore(Store):
         if entry is None:
             return None
         text, expires = entry
-        if expires is not None and time.monotonic() >= expires:
+        if expires is not None and self.clock() >= expires:
             del self._values[key]
             return None
         return text
@@ -168,7 +169,7 @@ class MemoryStore(Store):
         return None if text is None else json.loads(text)
 
     async def set(self, key, value, ttl_s=None):
-        self._values[key] = (dumps(value), None if ttl_s is None else time.monotonic() + ttl_s)
+        self._values[key] = (dumps(value), None if ttl_s is None else self.clock() + ttl_s)
 
     async def delete(self, key):
         existed = self._live_value(key) is not None or key in self._hashes

@@ -41,11 +41,6 @@ class PagedKVCache:
         """Host memory of the arrays allocated now."""
         return self.capacity * self.bytes_per_block
 
-    @property
-    def max_host_bytes(self) -> int:
-        """What the arrays can grow to."""
-        return self.num_blocks * self.bytes_per_block
-
     def ensure_blocks(self, max_block_id: int) -> None:
         """Make sure block `max_block_id` has host storage."""
         if max_block_id >= self.num_blocks:
@@ -64,12 +59,6 @@ class PagedKVCache:
                 else:
                     cache.append(grown)
         self.capacity = new_capacity
-
-    def copy_blocks(self, src: list[int], dst: list[int]) -> None:
-        self.ensure_blocks(max(dst))
-        for layer in range(self.num_layers):
-            self.k[layer][dst] = self.k[layer][src]
-            self.v[layer][dst] = self.v[layer][src]
 
     def read_blocks(self, block_ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """K and V of these blocks, all layers: [num_layers, len(block_ids), block_size, n_kv, head_dim]."""

@@ -106,9 +106,6 @@ class TrainConfig:
             architecture="LlamaForCausalLM", torch_dtype="float32",
             bos_token_id=None, eos_token_id=eos_token_id)
 
-    def gradient_accumulation(self, world_size: int) -> int:
-        return self.batch_size // (self.micro_batch_size * world_size)
-
     # ---------------------------------------------------------------------------------------
     def check_shapes(self) -> None:
         """Everything that can be said about the numbers alone (no files, no processes)."""

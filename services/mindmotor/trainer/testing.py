@@ -1,19 +1,19 @@
 """Helpers for tests of the trainer (and for anyone who needs a tiny training run): a small corpus,
-the tiny config on it, real processes, free ports, waiting on conditions with a timeout."""
+the tiny config on it, real processes, waiting on conditions with a timeout."""
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
-from mindmotor.common.waiting import wait_until as wait_for  # noqa: F401 (the name its tests use)
+from mindmotor.common.waiting import wait_until
 
 PYTHON = sys.executable
 CORPUS_MODULES = ("textwrap", "string", "shlex", "fractions")
+wait_for = wait_until        # the name the trainer's tests use
 
 
 def write_corpus(directory: Path, modules: tuple[str, ...] = CORPUS_MODULES) -> Path:
@@ -33,12 +33,6 @@ def tiny_overrides(corpus: Path, **extra) -> dict:
                  "warmup_steps": 2}
     overrides.update(extra)
     return overrides
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def read_events(path: Path) -> list[dict]:
