@@ -131,6 +131,8 @@ class BlockManager:
         Returns False, changing nothing, when the pool cannot supply them."""
         num_tokens = seq.num_computed_tokens + len(computed_blocks) * self.block_size + num_new_tokens
         num_new_blocks = self.blocks_needed(num_tokens) - len(seq.block_table) - len(computed_blocks)
+        if num_new_blocks <= 0 and not computed_blocks:
+            return True                     # the common decode step: its last block has room
         num_revived = sum(1 for b in computed_blocks if self.ref_counts[b] == 0)
         wanted = max(num_new_blocks, 0) + num_revived
         if wanted > self.num_free_blocks:

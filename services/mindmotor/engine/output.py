@@ -11,7 +11,7 @@ from .sampler import TokenLogprob
 from .sequence import Sequence, SequenceStatus
 
 
-@dataclass
+@dataclass(slots=True)
 class RequestOutput:
     """One step's news for one request: the tokens and text added since the last output."""
     request_id: str
@@ -100,10 +100,10 @@ class OutputProcessor:
         return False
 
     def make_output(self, seq: Sequence, new_tokens: list[int], new_logprobs: list) -> RequestOutput:
-        rid = seq.request_id
-        finished = seq.status.finished
+        rid, status = seq.request_id, seq.status
+        finished = status.finished
         # a request that continues elsewhere keeps its hold-back (stop strings, partial characters)
-        final = finished and not seq.status.continues_elsewhere
+        final = finished and not status.continues_elsewhere
         if final and seq.stop_reason is None and rid in self._detok:
             # flush characters held back by the detokenizer (an incomplete UTF-8 sequence)
             seq.output_text += self._detok[rid].flush()
@@ -119,6 +119,6 @@ class OutputProcessor:
             self._emitted.pop(rid, None)
         return RequestOutput(
             request_id=rid, new_token_ids=new_tokens, new_text=text, finished=finished,
-            finish_reason=seq.status.finish_reason, stop_reason=seq.stop_reason,
+            finish_reason=FinishReason(status.value) if finished else None, stop_reason=seq.stop_reason,
             num_prompt_tokens=seq.num_prompt_tokens, num_output_tokens=seq.num_output_tokens,
             num_cached_tokens=seq.num_cached_tokens, new_logprobs=new_logprobs)

@@ -181,14 +181,13 @@ class Scheduler:
     def _schedule_running(self, out: SchedulerOutput, budget: StepBudget) -> None:
         """Every decode, then every unfinished prefill's next chunk, each in order; when the pool
         runs dry, preempt from the back of the order."""
-        decodes = [s for s in self.running if s.num_tokens - s.num_computed_tokens == 1]
-        prefills = [s for s in self.running if s.num_tokens - s.num_computed_tokens > 1]
-        for seq in decodes + prefills:
+        remaining = [(s, s.num_tokens - s.num_computed_tokens) for s in self.running]
+        in_order = [r for r in remaining if r[1] == 1] + [r for r in remaining if r[1] > 1]  # decodes first
+        for seq, num_remaining in in_order:
             if budget.tokens <= 0:
                 break
-            if seq.status != SequenceStatus.RUNNING:      # preempted for one before it
+            if seq.status is not SequenceStatus.RUNNING:  # preempted for one before it
                 continue
-            num_remaining = seq.num_tokens - seq.num_computed_tokens
             num_new = budget.num_new_tokens(num_remaining, seq.num_computed_tokens)
             if num_new == 0 or not self._allocate(seq, num_new, out, budget):
                 continue
