@@ -18,7 +18,6 @@ from mindmotor.deployer.operations import Deployments
 from mindmotor.deployer.reconcile import REPUSH_S, Reconciler
 from mindmotor.deployer.spec import parse_spec
 from mindmotor.deployer.store import DeploymentStore
-from mindmotor.runtime.backoff import RestartBackoff
 
 from .doubles import Clock, ControllerView, MemoryBackend
 

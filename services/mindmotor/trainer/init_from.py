@@ -121,7 +121,7 @@ def shaped_like(config: TrainConfig, init: InitSource | None, tokenizer: Tokeniz
         if clashes:
             raise ConfigError(f"{init.flag} {init.directory}: its config.json sets "
                               + ", ".join(f"{n}={shape[n]!r}" for n in clashes)
-                              + f"; the run cannot change them (got "
+                              + "; the run cannot change them (got "
                               + ", ".join(f"{n}={getattr(config, n)!r}" for n in clashes) + ")")
         config = dataclasses.replace(config, **shape)
         if config.seq_len > config.max_position_embeddings:
