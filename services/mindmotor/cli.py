@@ -12,6 +12,8 @@ import importlib
 import os
 import sys
 
+from mindmotor.common.logging import LOG_FORMAT_ENV, LOG_FORMATS
+
 # Modules that contribute subcommands. A module that does not exist yet is skipped.
 COMMAND_MODULES = [
     "mindmotor.worker.cli",        # worker
@@ -48,6 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         module.register(subparsers)
+    for command in subparsers.choices.values():      # every command logs the same way
+        command.add_argument("--log-format", choices=LOG_FORMATS, default=None,
+                             help="auto (default): text on a terminal, JSON lines otherwise; json; text "
+                                  f"(also: ${LOG_FORMAT_ENV}; the services a command starts inherit it)")
     return parser
 
 
@@ -61,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    if args.log_format:
+        os.environ[LOG_FORMAT_ENV] = args.log_format
     result = args.func(args)
     return int(result or 0)
 
