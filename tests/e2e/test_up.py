@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from mindmotor.runtime.child_process import ChildProcess
-from mindmotor.runtime.proc_tree import child_pids, descendants
+from mindmotor.runtime.proc_tree import child_pids, descendants, running
 
 from .conftest import wait_until
 
@@ -100,7 +100,7 @@ def test_ctrl_c_drains_a_stream_and_stops_every_service(e2e_model, tmp_path):
         assert [c.choices[0].finish_reason for c in rest if c.choices][-1] == "length"
         assert rest[-1].usage.completion_tokens == 48
         assert up.proc.wait(60) == 0
-        assert not [pid for pid in everything if alive(pid)]
+        assert not [pid for pid in everything if running(pid)]
     finally:
         up.kill()
 
@@ -114,7 +114,7 @@ def test_killing_the_supervisor_takes_its_services_down(e2e_model, tmp_path):
         children = descendants(up.proc.pid)
         up.proc.kill()
         up.proc.wait(10)
-        wait_until(lambda: not [pid for pid in children if alive(pid)], timeout=60,
+        wait_until(lambda: not [pid for pid in children if running(pid)], timeout=60,
                    what="the orphaned services to exit")
     finally:
         up.kill()
@@ -122,11 +122,3 @@ def test_killing_the_supervisor_takes_its_services_down(e2e_model, tmp_path):
 
 def _cmdline(pid: int) -> str:
     return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").replace("\0", " ")
-
-
-def alive(pid: int) -> bool:
-    status = Path(f"/proc/{pid}/status")
-    try:
-        return "zombie" not in status.read_text().lower()
-    except OSError:
-        return False

@@ -15,6 +15,7 @@ from grpc_health.v1 import health, health_pb2_grpc
 from mindmotor.common.waiting import wait_until
 from mindmotor.runtime.child_command import WRAPPER
 from mindmotor.runtime.child_process import ChildProcess
+from mindmotor.runtime.proc_tree import running
 
 READY = "CHILD_READY"
 REPORT = ("import ctypes, os, time; c = ctypes.c_int(); "
@@ -66,17 +67,9 @@ def test_a_grandchild_gets_sigterm_when_its_parent_is_killed(tmp_path):
     try:
         grandchild = int(parent.wait_ready(60)["child"])
         parent.kill()                                                # SIGKILL: it cleans nothing up
-        wait_until(lambda: not _alive(grandchild), timeout=30, what="the grandchild to exit")
+        wait_until(lambda: not running(grandchild), timeout=30, what="the grandchild to exit")
     finally:
         parent.kill()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            return "zombie" not in status.read().lower()
-    except OSError:
-        return False
 
 
 def test_a_none_in_env_removes_an_inherited_variable(tmp_path, monkeypatch):

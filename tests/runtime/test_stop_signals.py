@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from mindmotor.common.waiting import wait_until
-from mindmotor.runtime.proc_tree import descendants
+from mindmotor.runtime.proc_tree import descendants, running
 from mindmotor.runtime.stop_signals import StopSignals
 
 
@@ -57,20 +57,12 @@ def test_ctrl_c_drains_coordinator_replicas_and_a_second_one_stops_them_at_once(
         stuck, free = replicas
         os.kill(stuck, signal.SIGSTOP)
         os.killpg(proc.pid, signal.SIGINT)
-        wait_until(lambda: not _alive(free), timeout=30, what="the free replica to drain and exit")
-        assert _alive(stuck) and proc.poll() is None              # the stop waits for the stuck one
+        wait_until(lambda: not running(free), timeout=30, what="the free replica to drain and exit")
+        assert running(stuck) and proc.poll() is None              # the stop waits for the stuck one
         os.killpg(proc.pid, signal.SIGINT)
         assert proc.wait(30) == 130
-        wait_until(lambda: not _alive(stuck), timeout=10, what="the stuck replica to be killed")
+        wait_until(lambda: not running(stuck), timeout=10, what="the stuck replica to be killed")
     finally:
         proc.kill()
         proc.wait()
         log.close()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            return "zombie" not in status.read().lower()
-    except OSError:
-        return False

@@ -5,7 +5,6 @@ no idle helper in time is `HelperBusy`; helpers die with their parent, even a SI
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
 import sys
@@ -14,6 +13,7 @@ import textwrap
 import pytest
 
 from mindmotor.sandbox.pool import HelperBusy, HelperCrashed, HelperPool, HelperTimeout
+from mindmotor.runtime.proc_tree import running
 
 
 async def until(predicate, timeout_s: float = 20.0) -> None:
@@ -101,21 +101,12 @@ def test_helpers_die_with_a_sigkilled_parent(tmp_path):
     parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     try:
         pids = [int(p) for p in parent.stdout.readline().split()]
-        assert len(pids) == 2 and all(_alive(p) for p in pids)
+        assert len(pids) == 2 and all(running(p) for p in pids)
     finally:
         parent.kill()
         parent.wait()
     asyncio.run(_until_gone(pids))
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().split(") ")[1][0] != "Z"
-
-
 async def _until_gone(pids: list[int]) -> None:
-    await until(lambda: not any(_alive(p) for p in pids), timeout_s=10)
+    await until(lambda: not any(running(p) for p in pids), timeout_s=10)

@@ -24,3 +24,11 @@ def child_pids(pid: int) -> list[int]:
 def descendants(pid: int) -> list[int]:
     """Children, grandchildren, ... of `pid`, each before its own descendants."""
     return [p for child in child_pids(pid) for p in (child, *descendants(child))]
+
+
+def running(pid: int) -> bool:
+    """Whether `pid` exists and is not a zombie (it exited and awaits its parent's wait)."""
+    try:
+        return "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
+    except OSError:
+        return False
