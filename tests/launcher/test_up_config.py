@@ -77,3 +77,31 @@ def test_up_takes_its_api_keys_from_a_file(tmp_path, monkeypatch):
     keys.write_text("sk-one\nsk-two\n")
     args = build_parser().parse_args(["up", "--api-key-file", str(keys)])
     assert PlatformConfig.load(args.config, api_key_file=args.api_key_file).api_keys == ["sk-one", "sk-two"]
+
+
+def test_the_example_platform_file_names_every_key_with_its_default():
+    """examples/platform.yaml is the documented list of `up`'s settings: it loads, it starts what
+    `mindmotor up` alone starts, and no setting is missing from it."""
+    import yaml
+    from pathlib import Path
+    from pydantic import BaseModel
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "platform.yaml"
+    data = yaml.safe_load(example.read_text())
+    assert PlatformConfig.load(example).model_dump() == PlatformConfig.load().model_dump()
+
+    def missing(model: type[BaseModel], given: dict, where: str) -> list[str]:
+        gaps = []
+        for name, field in model.model_fields.items():
+            if name not in given:
+                gaps.append(where + name)
+                continue
+            inner, value = field.annotation, given[name]
+            item = getattr(inner, "__args__", (None,))[0] if isinstance(value, list) and value else None
+            if isinstance(inner, type) and issubclass(inner, BaseModel):
+                gaps += missing(inner, value, f"{where}{name}.")
+            elif isinstance(item, type) and issubclass(item, BaseModel):
+                gaps += missing(item, value[0], f"{where}{name}[0].")
+        return gaps
+
+    assert missing(PlatformConfig, data, "") == []

@@ -2,51 +2,8 @@
 (`MINDMOTOR_PORT`, `MINDMOTOR_ADMIN_TOKEN`, ...) and a YAML file (common/settings.py); every key
 optional.
 
-```yaml
-host: 127.0.0.1          # where every service listens
-port: 8000               # the coordinator's HTTP port (the API and its /metrics); 0: a free one
-coordinators: 2          # coordinator replicas, all serving `port` (one socket `up` holds: a replica that
-                         # dies refuses no connection; it is restarted like any service)
-ports:                   # 0: a free port, picked at the first start and kept across restarts
-  controller: 0          # controller gRPC (workers, coordinator and deployer connect here)
-  controller_admin: 0    # controller admin HTTP (/health, /metrics, /v1/instances)
-  deployer: 0            # Deployer gRPC: `mindmotor deploy ... --deployer HOST:PORT`
-  deployer_metrics: 0    # the deployer's /metrics
-  metrics: 0             # `up`'s own /metrics (restarts of the services it supervises)
-redis_url: null          # e.g. redis://127.0.0.1:6379/0: controller state, deployments, shared rate limits
-                         # (better: $MINDMOTOR_REDIS_URL or redis_url_file)
-api_keys: []             # empty: no auth (better: $MINDMOTOR_API_KEYS, comma-separated, or api_key_file)
-admin_token: null        # bearer token of the controller's admin API and of the Deployer API
-                         # (better: $MINDMOTOR_ADMIN_TOKEN or admin_token_file; secrets reach the services
-                         # through their environment, never argv)
-policy: least_load       # round_robin | weighted_round_robin | least_load | cache_aware
-rate_limit_rpm: 0        # per key; 0: unlimited
-log_dir: null            # default: a temporary directory (printed at start)
-restart_backoff_s: 0.5   # a service or worker that died is started again after this, doubling ...
-restart_backoff_max_s: 30  # ... with each death soon after its start, up to this
-stable_after_s: 10       # a service that ran this long before it died starts the doubling afresh
-liveness:                # a service alive but not answering (SIGSTOPped, stuck) is SIGKILLed and restarted
-  enabled: true
-  interval_s: 2          # between probes (coordinator /health, controller admin /health, deployer /metrics)
-  timeout_s: 3           # one probe's HTTP timeout
-  failures: 3            # probes in a row without an answer before the kill
-models:                  # each is one deployment of the Deployer (version v1), its workers the replicas
-  - path: null           # checkpoint directory; null: the bundled demo model
-    name: null           # the deployment's name; null: from the model's directory name
-    workers: 2
-    device: 910B3
-    emulate: null        # qwen2-7b | llama2-7b | llama3-70b (with tp) | null: the model itself
-    tp: 1
-    timing: realtime     # realtime | virtual
-    roles: null          # one role per worker, e.g. [prefill, prefill, decode, decode] (sets
-                         # `workers`); null: every worker mixed. The coordinator splits prefill
-                         # and decode as soon as both roles are routable.
-    node: null           # `--node` of every worker (KV over HCCS within a node); null: host name
-    extra_args: []       # more `mindmotor worker` flags, e.g. ["--max-num-seqs", "64"]
-controller_args: []      # more `mindmotor controller` flags, e.g. ["--pd-autoscale", "--pd-ttft-slo-ms", "500"]
-deployer_args: []        # more `mindmotor deployer` flags, e.g. ["--rollout-timeout", "300"]
-coordinator_args: []     # more `mindmotor coordinator` flags
-```
+Every key, with its default and what it does: `examples/platform.yaml` (a test keeps it complete
+and loadable); the table: docs/operations.md.
 """
 
 from __future__ import annotations
