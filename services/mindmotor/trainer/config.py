@@ -202,6 +202,16 @@ PRESETS: dict[str, TrainConfig] = {
         micro_batch_size=8, lr=2e-3, min_lr=2e-4, warmup_steps=60, weight_decay=0.1,
         precision="bf16",
         eval_interval=200, eval_batches=8, checkpoint_interval=200, log_interval=1),
+    # A first servable model in minutes on a laptop-sized CPU: the demo's width, heads and
+    # vocabulary (so `--tokenizer-from` the bundled model works unchanged), half its depth, a
+    # quarter of its context, on the first QUICK_CORPUS_BYTES of the corpus.
+    "quick": TrainConfig(
+        vocab_size=4096, hidden_size=256, intermediate_size=768, num_hidden_layers=2,
+        num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=4096,
+        tie_word_embeddings=True, max_corpus_bytes=4_000_000, seq_len=128, val_fraction=0.02,
+        steps=400, batch_size=16, micro_batch_size=16, lr=3e-3, min_lr=3e-4, warmup_steps=30,
+        weight_decay=0.1, precision="fp32",
+        eval_interval=100, eval_batches=4, checkpoint_interval=100, log_interval=1),
 }
 
 
