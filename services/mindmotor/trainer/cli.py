@@ -1,6 +1,6 @@
 """Trainer commands for `mindmotor`:
 
-    mindmotor train [--preset demo|tiny] [--corpus PATH ...] [--out DIR] [--steps N] [--nproc N]
+    mindmotor train [--preset demo|quick|tiny] [--corpus PATH ...] [--out DIR] [--steps N] [--nproc N]
                     [--resume latest|promoted|VERSION] [--config FILE.json] [--set KEY=VALUE ...]
                     [--init-from DIR] [--tokenizer-from DIR]
     mindmotor trainer --port N [--store DIR] [--metrics-port M] [--config FILE.yaml]
@@ -37,7 +37,7 @@ def _register_train(subparsers) -> None:
     p = subparsers.add_parser("train", help="train a model locally (writes checkpoint versions)",
                               description="Train a Llama-architecture model; every checkpoint is "
                                           "a Hugging Face directory in the --out store.")
-    p.add_argument("--preset", default="demo", help="base config: demo (default) or tiny")
+    p.add_argument("--preset", default="demo", help="base config: demo (default), quick (a servable model in minutes on a CPU) or tiny (tests)")
     p.add_argument("--config", type=Path, help="JSON file of config keys overriding the preset")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override one config key (VALUE is JSON, else a string); repeatable")
@@ -85,6 +85,9 @@ def cmd_train(args) -> int:
     from .validate import validated_config
 
     setup_logging("trainer")
+    if not torch_installed():
+        print(f"mindmotor train: error: {TORCH_MISSING}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
     try:
         config = validated_config(args.preset, train_overrides(args), args.nproc, args.out,
                                   args.resume, init_from=_path(args.init_from),
@@ -113,6 +116,18 @@ def cmd_train(args) -> int:
 
         exit_finished_rank()
     return 0
+
+
+TORCH_MISSING = (f"training needs PyTorch, which is not installed here; install it with: "
+                 f"{sys.executable} -m pip install 'torch==2.13.0' (as scripts/install.sh dev does)")
+
+
+def torch_installed() -> bool:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _path(value: Path | None) -> str | None:
