@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -111,6 +112,8 @@ def cmd_train(args) -> int:
     except (ConfigError, CheckpointError) as exc:   # found once the corpus or checkpoint is read
         print(f"mindmotor train: error: {exc}", file=sys.stderr)
         return EXIT_BAD_CONFIG
+    except KeyboardInterrupt:                        # Ctrl-C: the checkpoint (if any) is written
+        return 128 + signal.SIGINT
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:    # a rank under torchrun
         from .distributed import exit_finished_rank
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 from pathlib import Path
 
@@ -126,8 +127,12 @@ class ProgressReporter:
                                       "eta_s": round(eta_s, 1) if eta_s is not None else None})
 
     def interrupted(self, *, step: int, total_steps: int, version: str | None) -> None:
-        self.write_line(f"stopped at step {step}/{total_steps}: checkpoint {version} written; "
-                        f"continue with --resume latest")
+        text = (f"stopped at step {step}/{total_steps}: checkpoint {version} written; "
+                f"continue with --resume latest")
+        if self.bar is not None:
+            self.bar.write(text)
+        else:
+            print(text, file=sys.stderr, flush=True)
         log.info("training interrupted", extra={"step": step, "total_steps": total_steps,
                                                 "version": version})
 
