@@ -26,10 +26,11 @@ def test_durations_are_written_in_hours_minutes_and_seconds():
     assert [format_duration(s) for s in (7.2, 125, 3725)] == ["7s", "2m05s", "1h02m05s"]
 
 
-def test_without_torch_train_says_what_to_install_in_one_line_and_exits_2(tmp_path):
+def test_without_torch_train_says_what_to_install_in_one_line_and_exits_2(corpus_dir, tmp_path):
     code = ("import sys; sys.modules['torch'] = None\n"
             "from mindmotor.trainer.cli import main\n"
-            f"sys.exit(main(['train', '--preset', 'tiny', '--out', {json.dumps(str(tmp_path))}]))")
+            f"sys.exit(main(['train', '--preset', 'tiny', '--corpus', {json.dumps(str(corpus_dir))}, "
+            f"'--out', {json.dumps(str(tmp_path))}]))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()

@@ -86,15 +86,15 @@ def cmd_train(args) -> int:
     from .validate import validated_config
 
     setup_logging("trainer")
-    if not torch_installed():
-        print(f"mindmotor train: error: {TORCH_MISSING}", file=sys.stderr)
-        return EXIT_BAD_CONFIG
     try:
         config = validated_config(args.preset, train_overrides(args), args.nproc, args.out,
                                   args.resume, init_from=_path(args.init_from),
                                   tokenizer_from=_path(args.tokenizer_from))
     except (ConfigError, ValueError, OSError) as exc:
         print(f"mindmotor train: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    if not torch_installed():       # checked after the config, which needs no PyTorch (fast refusals)
+        print(f"mindmotor train: error: {TORCH_MISSING}", file=sys.stderr)
         return EXIT_BAD_CONFIG
 
     from mindmotor.model.config import CheckpointError
