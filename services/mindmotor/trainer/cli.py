@@ -126,8 +126,10 @@ TORCH_MISSING = (f"training needs PyTorch, which is not installed here; install 
 
 
 def torch_installed() -> bool:
+    import importlib
+
     try:
-        import torch  # noqa: F401
+        importlib.import_module("torch")
     except ImportError:
         return False
     return True
