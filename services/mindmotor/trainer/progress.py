@@ -1,6 +1,7 @@
 """Progress of a training run, told three ways (by the main process only):
 
-- a tqdm bar on stderr with loss, learning rate and tokens/s;
+- a tqdm bar on stderr with steps done/total, the time left (mean step time so far), loss,
+  learning rate and tokens/s, and once, after a few steps, the run's estimated duration;
 - structured log lines (`mindmotor.common.logging`: JSON lines);
 - an optional events file of JSON lines, which the trainer service tails to stream `WatchJob`.
 
