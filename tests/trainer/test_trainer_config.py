@@ -72,3 +72,13 @@ def test_corpus_paths_become_absolute(corpus_dir, tmp_path, monkeypatch):
     config = validated_config("tiny", {"corpus": corpus_dir.name}, 1, tmp_path)
     assert config.corpus == (str(corpus_dir.resolve()),)
     assert isinstance(config, TrainConfig)
+
+
+def test_the_quick_preset_keeps_the_demo_vocabulary_and_heads():
+    from mindmotor.trainer.config import preset
+
+    quick, demo = preset("quick"), preset("demo")
+    same = ("vocab_size", "hidden_size", "num_attention_heads", "num_key_value_heads",
+            "max_position_embeddings", "tie_word_embeddings")
+    assert [getattr(quick, k) for k in same] == [getattr(demo, k) for k in same]
+    assert quick.num_hidden_layers < demo.num_hidden_layers and quick.steps < demo.steps

@@ -67,7 +67,8 @@ def evaluate_checkpoint(checkpoint: str | Path, max_sequences: int | None = None
     corpus, seq_len = tuple(trained_with["corpus"]), trained_with["seq_len"]
     val_fraction = trained_with["val_fraction"]
     tokenizer = Tokenizer.from_dir(checkpoint)
-    data = pack(token_stream(tokenizer.hf, read_documents(corpus)), seq_len, val_fraction)
+    documents = read_documents(corpus, trained_with.get("max_corpus_bytes", 0))   # as training cut it
+    data = pack(token_stream(tokenizer.hf, documents), seq_len, val_fraction)
     model = LlamaModel.from_pretrained(checkpoint)
     val = data.val[:max_sequences]
     return QualityReport(

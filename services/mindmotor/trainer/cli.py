@@ -1,6 +1,6 @@
 """Trainer commands for `mindmotor`:
 
-    mindmotor train [--preset demo|tiny] [--corpus PATH ...] [--out DIR] [--steps N] [--nproc N]
+    mindmotor train [--preset demo|quick|tiny] [--corpus PATH ...] [--out DIR] [--steps N] [--nproc N]
                     [--resume latest|promoted|VERSION] [--config FILE.json] [--set KEY=VALUE ...]
                     [--init-from DIR] [--tokenizer-from DIR]
     mindmotor trainer --port N [--store DIR] [--metrics-port M] [--config FILE.yaml]
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -37,7 +38,7 @@ def _register_train(subparsers) -> None:
     p = subparsers.add_parser("train", help="train a model locally (writes checkpoint versions)",
                               description="Train a Llama-architecture model; every checkpoint is "
                                           "a Hugging Face directory in the --out store.")
-    p.add_argument("--preset", default="demo", help="base config: demo (default) or tiny")
+    p.add_argument("--preset", default="demo", help="base config: demo (default), quick (a servable model in minutes on a CPU) or tiny (tests)")
     p.add_argument("--config", type=Path, help="JSON file of config keys overriding the preset")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override one config key (VALUE is JSON, else a string); repeatable")
@@ -92,6 +93,9 @@ def cmd_train(args) -> int:
     except (ConfigError, ValueError, OSError) as exc:
         print(f"mindmotor train: error: {exc}", file=sys.stderr)
         return EXIT_BAD_CONFIG
+    if not torch_installed():       # checked after the config, which needs no PyTorch (fast refusals)
+        print(f"mindmotor train: error: {TORCH_MISSING}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
 
     from mindmotor.model.config import CheckpointError
 
@@ -108,11 +112,27 @@ def cmd_train(args) -> int:
     except (ConfigError, CheckpointError) as exc:   # found once the corpus or checkpoint is read
         print(f"mindmotor train: error: {exc}", file=sys.stderr)
         return EXIT_BAD_CONFIG
+    except KeyboardInterrupt:                        # Ctrl-C: the checkpoint (if any) is written
+        return 128 + signal.SIGINT
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:    # a rank under torchrun
         from .distributed import exit_finished_rank
 
         exit_finished_rank()
     return 0
+
+
+TORCH_MISSING = (f"training needs PyTorch, which is not installed here; install it with: "
+                 f"{sys.executable} -m pip install 'torch==2.13.0' (as scripts/install.sh dev does)")
+
+
+def torch_installed() -> bool:
+    import importlib
+
+    try:
+        importlib.import_module("torch")
+    except ImportError:
+        return False
+    return True
 
 
 def _path(value: Path | None) -> str | None:

@@ -1,5 +1,5 @@
 """`TrainConfig`: everything a training run needs to know, in one flat frozen dataclass, and the
-presets (`tiny` for tests, `demo` for the bundled model).
+presets (`tiny` for tests, `quick` for a first model in minutes, `demo` for the bundled model).
 
 A config is checked completely before any work starts: unknown keys, wrong types, impossible
 shapes and a missing or empty corpus are refused with a `ConfigError` that says why.
@@ -202,6 +202,18 @@ PRESETS: dict[str, TrainConfig] = {
         micro_batch_size=8, lr=2e-3, min_lr=2e-4, warmup_steps=60, weight_decay=0.1,
         precision="bf16",
         eval_interval=200, eval_batches=8, checkpoint_interval=200, log_interval=1),
+    # A first servable model in minutes on 2 CPU cores (docs/operations.md has the measured time
+    # and loss): the demo's width, heads and vocabulary (so `--tokenizer-from` the bundled model
+    # fits it unchanged), half its depth, context 128, 400 steps of 16 × 128 tokens on the first
+    # 4 MB of the corpus (tokenizing all of the stdlib would take longer than the training), fp32
+    # (bf16 autocast is twice as slow on a CPU without bf16 units).
+    "quick": TrainConfig(
+        vocab_size=4096, hidden_size=256, intermediate_size=768, num_hidden_layers=2,
+        num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=4096,
+        tie_word_embeddings=True, max_corpus_bytes=4_000_000, seq_len=128, val_fraction=0.02,
+        steps=400, batch_size=16, micro_batch_size=16, lr=3e-3, min_lr=3e-4, warmup_steps=30,
+        weight_decay=0.1, precision="fp32",
+        eval_interval=100, eval_batches=4, checkpoint_interval=100, log_interval=1),
 }
 
 

@@ -33,6 +33,7 @@ from .distributed import (DistContext, all_reduce_sum, average_gradients, barrie
                           broadcast_object, broadcast_parameters, gather_objects, init_from_env,
                           shutdown)
 from .export import CheckpointInfo, export_checkpoint
+from .interrupt import StopRequest
 from .model import LlamaForCausalLM
 from .progress import ProgressReporter, SilentReporter
 from .resume import capture_rng, load_resume_point, trainer_state
@@ -113,18 +114,25 @@ class Run:
                             val_sequences=len(self.data.val),
                             num_parameters=self.model.config.num_parameters(),
                             tokens_per_step=cfg.batch_size * cfg.seq_len)
-        for step in range(start, cfg.steps):
-            self.run_step(step)
-            done = step + 1
-            stopping = self.options.stop_after_step is not None and done >= self.options.stop_after_step
-            checkpoint_due = done % cfg.checkpoint_interval == 0 or done == cfg.steps or stopping
-            val_loss = None
-            if done % cfg.eval_interval == 0 or checkpoint_due:
-                val_loss = self.evaluate(done)
-            if checkpoint_due:
-                self.save_checkpoint(done, val_loss)
-            if stopping:
-                break
+        with StopRequest() as stop:
+            for step in range(start, cfg.steps):
+                interrupted = self.run_step(step, stop)
+                done = step + 1
+                stopping = interrupted or (self.options.stop_after_step is not None
+                                           and done >= self.options.stop_after_step)
+                checkpoint_due = done % cfg.checkpoint_interval == 0 or done == cfg.steps or stopping
+                val_loss = None
+                # Interrupted: no validation pass (it can take longer than the sender's grace period).
+                if done % cfg.eval_interval == 0 or (checkpoint_due and not interrupted):
+                    val_loss = self.evaluate(done)
+                if checkpoint_due:
+                    self.save_checkpoint(done, val_loss)
+                if interrupted:
+                    self.reporter.interrupted(step=done, total_steps=cfg.steps,
+                                              version=self.result.checkpoints[-1] if self.result.checkpoints else None)
+                    stop.exit()
+                if stopping:
+                    break
         self.reporter.done(step=start + len(self.result.losses), run=self.run_name,
                            checkpoints=self.result.checkpoints,
                            final_loss=self.result.losses[-1] if self.result.losses else None)
@@ -196,7 +204,9 @@ class Run:
         return point.step
 
     # ---- one optimizer step -----------------------------------------------------------------
-    def run_step(self, step: int) -> None:
+    def run_step(self, step: int, stop: StopRequest | None = None) -> bool:
+        """One optimizer step; True when any process was asked to stop (all agree on it: the
+        flags are summed with the loss, so every process stops after the same step)."""
         cfg, ctx = self.config, self.ctx
         started = time.perf_counter()
         lr = lr_at(step, cfg.lr, cfg.min_lr, cfg.warmup_steps, cfg.steps)
@@ -214,12 +224,14 @@ class Run:
             local_loss += loss.item()
         average_gradients(self.params, ctx)
         grad_norm = self.optimizer_step()
-        loss = all_reduce_sum([local_loss], ctx)[0] / ctx.world_size
+        loss_sum, stops = all_reduce_sum([local_loss, float(stop is not None and stop.requested)], ctx)
+        loss = loss_sum / ctx.world_size
         self.result.losses.append(loss)
         elapsed = time.perf_counter() - started
         self.reporter.step(step=step + 1, loss=loss, lr=lr, grad_norm=grad_norm,
                            tokens_per_s=cfg.batch_size * cfg.seq_len / elapsed,
                            emit=(step + 1) % cfg.log_interval == 0 or step + 1 == cfg.steps)
+        return stops > 0
 
     def autocast(self):
         precision = self.config.precision
