@@ -65,6 +65,9 @@ class LeaderElector:
         try:
             if self.is_leader:
                 held = await self.store.renew_lease(self.lease_name, self.holder, self.ttl_s)
+                if not held:    # it lapsed while this process was late (a stalled loop): ours again if
+                    # nobody took it meanwhile, without a flap that refuses calls in between
+                    held = await self.store.try_acquire_lease(self.lease_name, self.holder, self.ttl_s)
             else:
                 held = await self.store.try_acquire_lease(self.lease_name, self.holder, self.ttl_s)
         except StoreUnavailable as exc:
