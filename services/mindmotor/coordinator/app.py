@@ -28,6 +28,7 @@ from mindmotor.coordinator.catalog.models import ModelCatalog
 from mindmotor.coordinator.dispatch.progress import ProgressGuard
 from mindmotor.coordinator.http.rate_limit import MemoryRateLimiter, RateLimiter
 from mindmotor.coordinator.dispatch.resume import new_key
+from mindmotor.coordinator.openai.responses.store import StoreLimits, make_store
 from mindmotor.coordinator.routing.router import Router
 from mindmotor.coordinator.http.routes import api_router
 from mindmotor.coordinator.routing.policies import make_policy
@@ -69,7 +70,9 @@ def build_coordinator(settings: CoordinatorSettings) -> Coordinator:
                                      HelperMetrics(metrics.registry))),
         guard=ProgressGuard(table, metrics, settings.stream_progress_timeout_s, settings.failed_instance_silence_s,
                             settings.stream_first_message_timeout_s),
-        resume_key=hashlib.sha256(settings.resume_key.encode()).digest() if settings.resume_key else new_key())
+        resume_key=hashlib.sha256(settings.resume_key.encode()).digest() if settings.resume_key else new_key(),
+        responses=make_store(settings.responses_store_path,
+                             StoreLimits(settings.responses_ttl_s, settings.responses_max, settings.responses_max_bytes)))
 
 
 def make_source(settings: CoordinatorSettings, c: Coordinator):

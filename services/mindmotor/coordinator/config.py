@@ -111,6 +111,10 @@ class CoordinatorSettings(ServiceSettings):
     retry_after_s: int = Field(1, ge=0)              # the Retry-After of a full queue
     max_tools: int = Field(128, ge=0)                # functions in one request's `tools` (OpenAI's limit)
     max_prompt_chars: int = Field(4 << 20, ge=1)     # a prompt's text, after the chat template
+    responses_store_path: str | None = None          # /v1/responses: a SQLite file the replicas share; None: memory
+    responses_ttl_s: float = Field(3600.0, gt=0)     # a stored response (previous_response_id, GET) lives this long
+    responses_max: int = Field(1000, ge=1)           # stored responses; past it (or the bytes) the oldest go
+    responses_max_bytes: int = Field(64 << 20, ge=1)  # their JSON's bytes
 
     # work a request carries, off the event loop (docs/architecture.md, "Nothing a request carries ...")
     spec_helpers: int = Field(2, ge=1)               # helper processes compiling structured-output specs

@@ -31,6 +31,8 @@ class CoordinatorMetrics:
         self.outstanding = Gauge(p + "outstanding_requests", "admitted choices not yet finished (queue size)",
                                  ["model"], registry=r, multiprocess_mode="livesum")
         self.rejected = Counter(p + "rejected_total", "requests refused before routing", ["reason"], registry=r)
+        self.responses_store_errors = Counter(p + "responses_store_errors_total", "responses (/v1/responses) "
+                                              "that could not be stored (served, marked store false)", registry=r)
         self.api_key_reloads = Counter(p + "api_key_reloads_total", "changes of the API key file: reloaded, or "
                                        "kept (unreadable or empty: the previous keys stay)", ["outcome"], registry=r)
         self.retries = Counter(p + "retries_total", "resubmissions after a worker failure",

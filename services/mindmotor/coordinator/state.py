@@ -18,6 +18,7 @@ from mindmotor.coordinator.catalog.models import ModelCatalog
 from mindmotor.coordinator.dispatch.progress import ProgressGuard
 from mindmotor.coordinator.http.rate_limit import RateLimiter
 from mindmotor.coordinator.dispatch.resume import new_key
+from mindmotor.coordinator.openai.responses.store import MemoryStore, ResponseStore, StoreLimits
 from mindmotor.coordinator.routing.router import Router
 from mindmotor.sandbox.spec_check import SpecChecker
 
@@ -46,6 +47,7 @@ class Coordinator:
     in_flight: InFlight = field(default_factory=InFlight)
     guard: ProgressGuard | None = None   # gives up silent worker calls (progress.py)
     resume_key: bytes = field(default_factory=new_key)   # signs stream positions (resume.py)
+    responses: ResponseStore = field(default_factory=lambda: MemoryStore(StoreLimits()))  # /v1/responses
 
 
 async def get_coordinator(request: Request) -> Coordinator:

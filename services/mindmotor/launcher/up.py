@@ -66,6 +66,7 @@ log = logging.getLogger("mindmotor.up")
 
 READY_PREFIX = "MINDMOTOR_UP_READY"
 CONTROLLER, DEPLOYER, COORDINATOR = "controller", "deployer", "coordinator"
+RESPONSES_DB = "responses.db"             # the replicas' stored responses (/v1/responses), one SQLite file
 METRICS_DIR = "coordinator-metrics"      # the replicas' shared Prometheus files (multiprocess mode)
 CHECK_S = 0.2                 # how often the supervisor looks at its services
 ENSURE_EVERY_S = 2.0          # how often the config's deployments are checked to be in the deployer
@@ -201,7 +202,8 @@ class Platform:
                              on_death=lambda service, pid: forget_replica(self.log_dir / METRICS_DIR, pid))
 
     def _coordinator_env(self) -> dict[str, str]:
-        return {MULTIPROC_ENV: str(self.log_dir / METRICS_DIR), "MINDMOTOR_RESUME_KEY": self.resume_key}
+        return {MULTIPROC_ENV: str(self.log_dir / METRICS_DIR), "MINDMOTOR_RESUME_KEY": self.resume_key,
+                "MINDMOTOR_RESPONSES_STORE_PATH": str(self.log_dir / RESPONSES_DB)}   # /v1/responses, shared
 
     def _liveness_url(self, service: str):
         """What the service's own server answers (runtime/liveness.py): asked at each probe (ports are

@@ -6,8 +6,9 @@ accepts from it, with a port of its own for probes (`--replica-port`). A replica
 started again after a backoff (`runtime/supervisor.py`, as under `up`: logged, counted); one that
 stops answering its `/health` is killed and started again. Meanwhile the others serve, and while
 none does a new connection waits in the socket's backlog. The replicas share a resume key (a
-stream cut by one resumes on another: resume.py) and a Prometheus multiprocess directory (the
-`/metrics` of any replica is all of theirs). SIGTERM/SIGINT: the replicas drain together, then the
+stream cut by one resumes on another: resume.py), a stored-responses file (a `previous_response_id`
+continues on any) and a Prometheus multiprocess directory (the `/metrics` of any replica is all
+of theirs). SIGTERM/SIGINT: the replicas drain together, then the
 socket closes. Their logs go to this process's stderr.
 """
 
@@ -61,7 +62,9 @@ def run_replicas(settings: CoordinatorSettings, argv: list[str], replicas: int) 
     state = Path(tempfile.mkdtemp(prefix="mindmotor-coordinators-"))
     (state / "metrics").mkdir()
     env = {MULTIPROC_ENV: str(state / "metrics"),
-           "MINDMOTOR_RESUME_KEY": settings.resume_key or secrets.token_urlsafe(32)}
+           "MINDMOTOR_RESUME_KEY": settings.resume_key or secrets.token_urlsafe(32),
+           # stored responses (/v1/responses) in one file, so a follow-up may land on any replica
+           "MINDMOTOR_RESPONSES_STORE_PATH": settings.responses_store_path or str(state / "responses.db")}
     supervisor = Supervisor(None, RestartBackoff(0.5, 30.0), 10.0, SupervisorMetrics())
     ports: dict[str, int] = {}
     base = replica_argv(argv)

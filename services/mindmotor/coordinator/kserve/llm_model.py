@@ -36,6 +36,7 @@ OUTPUTS = [("text_output", "BYTES", [-1]), ("finish_reason", "BYTES", [-1]),
 INPUT_NAMES = frozenset(name for name, _, _ in INPUTS)
 OUTPUT_NAMES = frozenset(name for name, _, _ in OUTPUTS)
 # vLLM SamplingParams names a request may set, as the completions API takes them
+TEXT_VALUED = frozenset({"stop", "bad_words"})     # sampling parameters whose values are text as sent
 SAMPLING = frozenset({"max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "stop_token_ids",
                       "ignore_eos", "min_tokens", "presence_penalty", "frequency_penalty", "repetition_penalty",
                       "include_stop_str_in_output", "logit_bias", "allowed_token_ids", "bad_words"})
@@ -162,7 +163,7 @@ def _sampling(parameters: dict) -> dict:
             continue
         if key not in SAMPLING:
             raise BadRequest(f"unknown sampling parameter {key!r}; supported: {sorted(SAMPLING)}", param=key)
-        if isinstance(value, str) and key not in ("stop", "bad_words"):
+        if isinstance(value, str) and key not in TEXT_VALUED:
             try:
                 value = json.loads(value)
             except ValueError:

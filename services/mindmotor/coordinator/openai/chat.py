@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import Callable
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -11,6 +12,7 @@ from starlette.responses import Response
 from mindmotor.coordinator.openai.chat_format import ChatFormat
 from mindmotor.coordinator.http.errors import BadRequest
 from mindmotor.coordinator.dispatch.planning import generate
+from mindmotor.coordinator.dispatch.respond import OutputFormat
 from mindmotor.coordinator.openai.prompts import chat_prompt
 from mindmotor.coordinator.openai.running_usage import RunningUsage
 from mindmotor.coordinator.openai.sampling import sampling_from_request
@@ -19,7 +21,9 @@ from mindmotor.coordinator.state import Coordinator, request_id
 from mindmotor.coordinator.openai.tools import tool_plan
 
 
-async def create_chat_completion(c: Coordinator, body: ChatCompletionRequest, request: Request) -> Response:
+async def create_chat_completion(c: Coordinator, body: ChatCompletionRequest, request: Request,
+                                 wrap: Callable[[ChatFormat], OutputFormat] | None = None) -> Response:
+    """With `wrap`, the chat format is wrapped by another API's (the Responses API's)."""
     model = c.catalog.resolve(body.model, c.router.choose_version)   # the version first: its tokenizer
     request.state.model = model.name
     if body.top_logprobs and not body.logprobs:
@@ -43,5 +47,5 @@ async def create_chat_completion(c: Coordinator, body: ChatCompletionRequest, re
                      prompt_logprobs=body.prompt_logprobs, as_ids=body.return_tokens_as_token_ids,
                      prompt_token_ids=list(prompt.token_ids), tools=tools,
                      running=RunningUsage([len(prompt.token_ids)] * body.n) if body.continuous_usage else None)
-    return await generate(c, request, rid, model, [prompt], sampling, body.n, body.priority, fmt,
-                          body.stream, body.include_usage)
+    return await generate(c, request, rid, model, [prompt], sampling, body.n, body.priority,
+                          wrap(fmt) if wrap is not None else fmt, body.stream, body.include_usage)
