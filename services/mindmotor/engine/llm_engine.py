@@ -32,6 +32,7 @@ from .continuation import Continuation
 from .cost_only_runner import CostOnlyRunner, NoKVCache, unsupported
 from .host_memory import format_bytes, resolve_budget
 from .kv_connector import KVBlocks, KVLoad
+from .kv_tier import HostKVTier, TierConfig
 from .model_runner import ModelRunner
 from .output import OutputProcessor, RequestOutput
 from mindmotor.rules.request_rules import InvalidRequest, check_text, check_token_ids, resolve_max_tokens
@@ -191,6 +192,8 @@ class LLMEngine:
             self.runner = ModelRunner(self.model, self.kv_cache)
             self._execute = self._run_model
             eos_ids = self.tokenizer.eos_token_ids
+        self.kv_tier = self._make_kv_tier(profile) if config.kv_host_bytes and config.enable_prefix_caching \
+            else None
         self.sampler = Sampler(eos_ids)
         self.outputs = OutputProcessor(self.tokenizer, eos_ids, self.max_model_len)
         self.requests: dict[str, Sequence] = {}
@@ -213,6 +216,16 @@ class LLMEngine:
                                         "max_num_batched_tokens": config.max_num_batched_tokens,
                                         "long_prefill_token_threshold": config.long_prefill_token_threshold,
                                         "max_num_batched_attention": self.scheduler.config.max_num_batched_attention})
+
+    def _make_kv_tier(self, profile: ModelProfile) -> HostKVTier:
+        """The KV host tier, fed by the prefix cache's evictions, consulted at admission."""
+        c = self.config
+        tier = HostKVTier(TierConfig(c.kv_host_bytes, c.cache_chunk_size, c.prefetch_depth, c.kv_tier_sync_load),
+                          self.kv_cache, c.block_size, profile.kv_bytes_per_token * c.block_size,
+                          self.device.cost_model.host_copy_seconds, clock=self.clock)
+        self.block_manager.on_evict = tier.on_evict
+        self.scheduler.kv_tier = tier
+        return tier
 
     @property
     def info(self) -> EngineInfo:
@@ -503,8 +516,20 @@ class LLMEngine:
         return self.device.price_kv_transfer(num_tokens, link)
 
     def has_unfinished_requests(self) -> bool:
-        """Requests waiting or running (not those waiting for their KV: their loads are out)."""
-        return self.scheduler.num_unfinished > 0
+        """Requests waiting or running, or loading from the host tier (which ends on its own) —
+        not those waiting for KV from another worker: their loads are out."""
+        return self.scheduler.num_unfinished > 0 or (self.kv_tier is not None and self.kv_tier.num_loading > 0)
+
+    def next_kv_ready_at(self) -> float | None:
+        """When the next host-tier load ends, on the engine's clock (a step from then on runs its
+        request); None with none in flight."""
+        return self.kv_tier.next_ready_at() if self.kv_tier is not None else None
+
+    def idle_wait_s(self, longest: float) -> float:
+        """How long a loop with nothing runnable may wait before the next step (at most `longest`):
+        until the next host-tier load ends."""
+        ready = self.next_kv_ready_at()
+        return longest if ready is None else min(longest, max(0.0, ready - self.clock()))
 
     def has_runnable_requests(self) -> bool:
         """Whether a step now can make progress without news from outside (a KV load finishing, an
@@ -525,12 +550,16 @@ class LLMEngine:
         self.last_step_s = 0.0
         sched = None
         try:
+            if self.kv_tier is not None:
+                self.kv_tier.poll(self.scheduler)    # host-tier loads that ended: their requests run
             sched = self.scheduler.schedule()
             if sched.empty:
                 return []
             inp, tokens, logprobs, errors = self._execute(sched)
             self._postprocess(sched, inp.sampling, tokens, logprobs, errors)
             self.last_step_s = self.device.run_step(inp.shape, started).seconds
+            if self.kv_tier is not None and (stall := self.kv_tier.take_stall()):
+                self.last_step_s += self.device.stall(stall)   # sync_load: the copies were on the path
         except Exception as exc:  # noqa: BLE001 - the step's requests fail, the engine is checked
             self._fail_step(sched, exc)
         else:
