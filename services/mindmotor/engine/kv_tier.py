@@ -79,6 +79,7 @@ class TierStats:
     bytes_stored: int = 0            # emulated bytes copied card -> host
     bytes_loaded: int = 0            # emulated bytes copied host -> card
     store_s: float = 0.0             # emulated copy time of the stores (off the critical path)
+    stall_s: float = 0.0             # sync_load: emulated time steps waited for loads
     loads: int = 0                   # loads finished (whole, partial or failed)
     loads_partial: int = 0           # blocks evicted from the tier mid-load: the rest is computed
     loads_failed: int = 0            # the copy raised: the whole prefix after HBM's is computed
@@ -279,6 +280,7 @@ class HostKVTier:
     def take_stall(self) -> float:
         """sync_load: the copy time the step about to run must wait for."""
         stall, self._stall_s = self._stall_s, 0.0
+        self.stats.stall_s += stall
         return stall
 
     def poll(self, sched: "Scheduler") -> int:
