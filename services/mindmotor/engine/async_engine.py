@@ -280,8 +280,8 @@ class AsyncLLMEngine:
                 for out in outputs:
                     self._deliver(out)
                 self._start_kv_loads()
-                if not outputs and not engine.has_runnable_requests():
-                    self._wake.wait(_NOTHING_RUNNABLE_WAIT_S)   # continuations waiting for KV only
+                if not outputs and not engine.has_runnable_requests():   # waiting for KV only: until
+                    self._wake.wait(engine.idle_wait_s(_NOTHING_RUNNABLE_WAIT_S))   # a host-tier load ends
                     self._wake.clear()
         except BaseException as exc:  # the engine is broken: fail every stream rather than hang
             log.critical("the engine thread failed; the engine is dead", exc_info=True,

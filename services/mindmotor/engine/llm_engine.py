@@ -30,7 +30,7 @@ from .block_manager import BlockManager
 from .config import EngineConfig
 from .continuation import Continuation
 from .cost_only_runner import CostOnlyRunner, NoKVCache, unsupported
-from .host_memory import format_bytes, resolve_budget
+from .host_memory import default_tier_bytes, format_bytes, resolve_budget
 from .kv_connector import KVBlocks, KVLoad
 from .kv_tier import HostKVTier, TierConfig
 from .model_runner import ModelRunner
@@ -114,6 +114,20 @@ class EngineStats:
     kv_host_limited: int = 0          # allocations refused for the host budget alone
     prefix_queries: int = 0           # prompt tokens looked up in the prefix cache
     prefix_hits: int = 0              # of them, found there
+    # the KV host tier (engine/kv_tier.py); zeros without one
+    kv_tier_bytes: int = 0            # host memory it holds now
+    kv_tier_budget_bytes: int = 0     # --kv-host-bytes
+    kv_tier_blocks: int = 0
+    kv_tier_loading: int = 0          # requests waiting for a load from it
+    kv_tier_queries: int = 0          # tokens looked up there (past the HBM prefix cache's hits)
+    kv_tier_hits: int = 0             # of them, loaded from it
+    kv_tier_bytes_stored: int = 0     # emulated bytes copied card -> host
+    kv_tier_bytes_loaded: int = 0     # emulated bytes copied host -> card
+    kv_tier_loads: int = 0
+    kv_tier_loads_partial: int = 0    # blocks evicted mid-load: the rest computed
+    kv_tier_loads_failed: int = 0     # the copy failed: computed
+    kv_tier_load_buckets: tuple = ()  # loads per LOAD_TIME_BUCKETS bucket (emulated seconds)
+    kv_tier_load_s_sum: float = 0.0
 
 
 def served_model_profile(config: LlamaConfig, name: str, tp: int = 1) -> ModelProfile:
@@ -192,7 +206,8 @@ class LLMEngine:
             self.runner = ModelRunner(self.model, self.kv_cache)
             self._execute = self._run_model
             eos_ids = self.tokenizer.eos_token_ids
-        self.kv_tier = self._make_kv_tier(profile) if config.kv_host_bytes and config.enable_prefix_caching \
+        tier_bytes = default_tier_bytes() if config.kv_host_bytes is None else config.kv_host_bytes
+        self.kv_tier = self._make_kv_tier(profile, tier_bytes) if tier_bytes and config.enable_prefix_caching \
             else None
         self.sampler = Sampler(eos_ids)
         self.outputs = OutputProcessor(self.tokenizer, eos_ids, self.max_model_len)
@@ -217,10 +232,10 @@ class LLMEngine:
                                         "long_prefill_token_threshold": config.long_prefill_token_threshold,
                                         "max_num_batched_attention": self.scheduler.config.max_num_batched_attention})
 
-    def _make_kv_tier(self, profile: ModelProfile) -> HostKVTier:
+    def _make_kv_tier(self, profile: ModelProfile, host_bytes: int) -> HostKVTier:
         """The KV host tier, fed by the prefix cache's evictions, consulted at admission."""
         c = self.config
-        tier = HostKVTier(TierConfig(c.kv_host_bytes, c.cache_chunk_size, c.prefetch_depth, c.kv_tier_sync_load),
+        tier = HostKVTier(TierConfig(host_bytes, c.cache_chunk_size, c.prefetch_depth, c.kv_tier_sync_load),
                           self.kv_cache, c.block_size, profile.kv_bytes_per_token * c.block_size,
                           self.device.cost_model.host_copy_seconds, clock=self.clock)
         self.block_manager.on_evict = tier.on_evict
@@ -692,7 +707,20 @@ class LLMEngine:
             request_failures=self.request_failures, step_failures=self.step_failures,
             kv_host_bytes=self.kv_cache.host_bytes, kv_host_budget_bytes=self.kv_host_budget_bytes,
             kv_host_blocks=bm.host_blocks, kv_cached_blocks=bm.num_cached_blocks, kv_evictions=bm.evictions,
-            kv_host_limited=bm.host_limited, prefix_queries=bm.prefix_queries, prefix_hits=bm.prefix_hits)
+            kv_host_limited=bm.host_limited, prefix_queries=bm.prefix_queries, prefix_hits=bm.prefix_hits,
+            **self._tier_stats())
+
+    def _tier_stats(self) -> dict:
+        tier = self.kv_tier
+        if tier is None:
+            return {}
+        t = tier.stats
+        return dict(kv_tier_bytes=tier.used_bytes, kv_tier_budget_bytes=tier.config.host_bytes,
+                    kv_tier_blocks=tier.num_blocks, kv_tier_loading=tier.num_loading, kv_tier_queries=t.queries,
+                    kv_tier_hits=t.hits, kv_tier_bytes_stored=t.bytes_stored, kv_tier_bytes_loaded=t.bytes_loaded,
+                    kv_tier_loads=t.loads, kv_tier_loads_partial=t.loads_partial,
+                    kv_tier_loads_failed=t.loads_failed, kv_tier_load_buckets=tuple(t.load_s_buckets),
+                    kv_tier_load_s_sum=t.load_s_sum)
 
     def check_invariants(self) -> None:
         """The pool adds up, counting every holder of blocks: running, pinned, waiting for KV."""

@@ -8,6 +8,7 @@ flags, `MINDMOTOR_*` environment variables and a YAML file (common/settings.py).
       model: /ckpt/qwen2-7b      # the worker's defaults; environment: MINDMOTOR_ENGINE__MAX_NUM_SEQS=64
       max_num_seqs: 64
       kv_host_budget_bytes: 2GiB
+      kv_host_bytes: 8GiB        # the KV host tier (0: none); sizes as text
 
 The engine's settings stay `EngineConfig`, the frozen dataclass the offline `LLM` takes too: the
 worker validates a mapping into one, with its own defaults where they differ from the library's
@@ -31,7 +32,8 @@ READY_PREFIX = "MINDMOTOR_WORKER_READY"
 Port = Field(ge=0, le=65535)
 # Where `mindmotor worker` differs from the library's defaults: it serves in real time, and bounds a
 # step's prefill attention by the served model's host cost (engine/step_budget.py).
-ENGINE_DEFAULTS = EngineConfig(timing="realtime", max_num_batched_attention=None)
+# And it keeps a KV host tier (engine/kv_tier.py) of 5% of the machine's memory.
+ENGINE_DEFAULTS = EngineConfig(timing="realtime", max_num_batched_attention=None, kv_host_bytes=None)
 
 
 def default_worker_id() -> str:
@@ -74,11 +76,12 @@ class WorkerConfig(ServiceSettings):
         if not isinstance(value, dict):
             return value
         value = dict(value)
-        budget = value.get("kv_host_budget_bytes")
-        if isinstance(budget, str) and not budget.strip().isdigit():
-            from mindmotor.engine.host_memory import parse_size
+        for key in ("kv_host_budget_bytes", "kv_host_bytes", "cache_chunk_size"):
+            size = value.get(key)
+            if isinstance(size, str) and not size.strip().isdigit():
+                from mindmotor.engine.host_memory import parse_size
 
-            value["kv_host_budget_bytes"] = parse_size(budget)
+                value[key] = parse_size(size)
         if value.get("max_num_batched_attention") == "auto":
             value["max_num_batched_attention"] = None
         return value
