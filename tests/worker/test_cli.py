@@ -17,7 +17,7 @@ FLAGS = ["--model", "--port", "--device", "--emulate", "--timing", "--host", "--
          "--worker-id", "--kv-host-budget", "--stream-keepalive", "--engine-stall-timeout",
          "--long-prefill-token-threshold", "--max-num-partial-prefills", "--max-num-batched-attention",
          "--spec-helpers", "--spec-timeout", "--resume-retention", "--kv-host-bytes", "--cache-chunk-size",
-         "--prefetch-depth"]
+         "--prefetch-depth", "--kv-shared", "--kv-shared-ttl", "--redis-url-file"]
 
 
 def test_flags_build_the_configs():
@@ -105,3 +105,16 @@ def test_the_kv_host_tier_flags_take_sizes_and_refuse_nonsense(capsys):
     for flag, bad in (("--kv-host-bytes", "lots"), ("--prefetch-depth", "0"), ("--cache-chunk-size", "-1")):
         with pytest.raises(SystemExit):
             build_parser().parse_args(["worker", flag, bad])
+
+
+def test_the_shared_kv_tier_needs_a_redis_and_the_host_tier(tmp_path, monkeypatch):
+    monkeypatch.delenv("MINDMOTOR_REDIS_URL", raising=False)
+    with pytest.raises(ValueError, match="needs a Redis"):
+        config_from_args(build_parser().parse_args(["worker", "--kv-shared"]))
+    url = tmp_path / "redis-url"
+    url.write_text("redis://127.0.0.1:6379/0\n")
+    with pytest.raises(ValueError, match="--kv-host-bytes above 0"):
+        config_from_args(build_parser().parse_args(["worker", "--kv-shared", "--redis-url-file", str(url),
+                                                    "--kv-host-bytes", "0"]))
+    config = config_from_args(build_parser().parse_args(["worker", "--kv-shared", "--redis-url-file", str(url)]))
+    assert config.kv_shared and config.redis_url == "redis://127.0.0.1:6379/0" and config.kv_shared_ttl_s == 600

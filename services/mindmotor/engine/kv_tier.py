@@ -53,6 +53,7 @@ DEFAULT_PREFETCH_DEPTH = 2               # the design's prefetch_depth
 # seconds; the buckets of the load time histogram (mindmotor_kv_tier_load_seconds)
 LOAD_TIME_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 _QUERIED_MEMORY = 4096                   # sequences whose lookup was counted (a waiting head retries)
+_EXPORT_MEMORY = 8192                    # blocks stored and not yet taken by the shared tier (oldest dropped)
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,7 @@ class TierStats:
     bytes_loaded: int = 0            # emulated bytes copied host -> card
     store_s: float = 0.0             # emulated copy time of the stores (off the critical path)
     stall_s: float = 0.0             # sync_load: emulated time steps waited for loads
+    blocks_inserted: int = 0         # stored from elsewhere (the shared tier)
     loads: int = 0                   # loads finished (whole, partial or failed)
     loads_partial: int = 0           # blocks evicted from the tier mid-load: the rest is computed
     loads_failed: int = 0            # the copy raised: the whole prefix after HBM's is computed
@@ -140,6 +142,7 @@ class HostKVTier:
         self._link_free_at = 0.0                              # host -> device direction
         self._stall_s = 0.0                                   # sync_load: owed by the next step
         self._queried: OrderedDict[tuple, None] = OrderedDict()
+        self._exports: deque[bytes] = deque(maxlen=_EXPORT_MEMORY)   # stored here, not yet taken
 
     # ---- what it holds ------------------------------------------------------------------------
     @property
@@ -182,11 +185,14 @@ class HostKVTier:
             return
         if self.host_block_bytes > self.config.host_bytes:
             return
+        k, v = self.kv_cache.read_blocks([block]) if self.holds_data else (None, None)
+        self._put(block_hash, k, v)
+        if self.holds_data:
+            self._exports.append(block_hash)        # for the shared tier, if any (worker/kv_shared.py)
+
+    def _put(self, block_hash: bytes, k: np.ndarray | None, v: np.ndarray | None) -> None:
         while self.used_bytes + self.host_block_bytes > self.config.host_bytes:
             self._evict_oldest()
-        k = v = None
-        if self.holds_data:
-            k, v = self.kv_cache.read_blocks([block])
         chunk_id = self._open_chunk()
         chunk = self._chunks[chunk_id]
         self._where[block_hash] = (chunk_id, len(chunk.hashes))
@@ -331,6 +337,39 @@ class HostKVTier:
             self.stats.loads_failed += 1
             return 0
         return len(parts)
+
+    # ---- the shared tier's side (worker/kv_shared.py) -----------------------------------------
+    @property
+    def block_shape(self) -> tuple[int, ...]:
+        """One block's K (or V) as the tier stores it: [num_layers, 1, block_size, n_kv, head_dim]."""
+        c = self.kv_cache
+        return (c.num_layers, 1, c.block_size, c.num_kv_heads, c.head_dim)
+
+    def take_exports(self, max_blocks: int) -> list[tuple[bytes, np.ndarray, np.ndarray]]:
+        """Blocks stored here from this engine's HBM since the last call, still held: (hash, K, V)."""
+        out = []
+        while self._exports and len(out) < max_blocks:
+            h = self._exports.popleft()
+            where = self._where.get(h)
+            if where is not None:
+                chunk = self._chunks[where[0]]
+                out.append((h, chunk.k[where[1]], chunk.v[where[1]]))
+        return out
+
+    def insert(self, blocks: list[tuple[bytes, np.ndarray, np.ndarray]]) -> int:
+        """Store blocks that came from elsewhere (another worker, through the shared tier); those
+        already here, or of another shape or dtype than this engine's, are skipped. How many stored."""
+        if not self.holds_data:
+            return 0
+        shape, dtype, n = self.block_shape, self.kv_cache.dtype, 0
+        for h, k, v in blocks:
+            if h in self._where or k.shape != shape or v.shape != shape or k.dtype != dtype or v.dtype != dtype \
+                    or self.host_block_bytes > self.config.host_bytes:
+                continue
+            self._put(h, k, v)
+            n += 1
+        self.stats.blocks_inserted += n
+        return n
 
     def clear(self) -> None:
         """Forget every stored block (loads in flight then find theirs gone, and compute them)."""

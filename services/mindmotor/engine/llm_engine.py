@@ -535,6 +535,19 @@ class LLMEngine:
         not those waiting for KV from another worker: their loads are out."""
         return self.scheduler.num_unfinished > 0 or (self.kv_tier is not None and self.kv_tier.num_loading > 0)
 
+    def local_prefix_blocks(self, hashes: list[bytes]) -> int:
+        """How many of `hashes`, from the first, this engine holds (HBM prefix cache or host tier).
+        Safe from any thread: only dictionary lookups, and a stale answer costs a redundant fetch
+        or a miss, never a wrong result."""
+        held = self.block_manager.hash_to_block
+        tier = self.kv_tier
+        n = 0
+        for h in hashes:
+            if h not in held and (tier is None or tier.lookup([h]) == 0):
+                break
+            n += 1
+        return n
+
     def next_kv_ready_at(self) -> float | None:
         """When the next host-tier load ends, on the engine's clock (a step from then on runs its
         request); None with none in flight."""

@@ -121,6 +121,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              "card's bytes (default: 256MiB)")
     add(eng, "--prefetch-depth", type=_positive, metavar="N", setting="engine.prefetch_depth",
         help="host-tier chunk copies in flight at once (default: %(default)s)")
+    add(eng, "--kv-shared", action="store_true",
+        help="share the KV host tier's blocks with the model's other workers through Redis "
+             "($MINDMOTOR_REDIS_URL or --redis-url-file), so a conversation that lands elsewhere "
+             "still finds its prefix (default: off)")
+    add(eng, "--kv-shared-ttl", type=float, metavar="S", setting="kv_shared_ttl_s",
+        help="seconds a shared block lives in Redis (default: %(default)s)")
+    add(eng, "--redis-url-file", metavar="FILE",
+        help="a file holding the shared KV tier's Redis URL (also: $MINDMOTOR_REDIS_URL)")
     add(eng, "--no-prefix-caching", action="store_true", setting="engine.enable_prefix_caching",
         convert=lambda given: not given, help="disable prefix caching")
     add(eng, "--no-chunked-prefill", action="store_true", setting="engine.enable_chunked_prefill",

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from mindmotor.common.exposure import DEFAULT_HOST
 from mindmotor.common.roles import Role
@@ -41,6 +41,8 @@ def default_worker_id() -> str:
 
 
 class WorkerConfig(ServiceSettings):
+    secrets: ClassVar[dict[str, str]] = {"redis_url": "Redis URL"}   # redis_url_file holds it, if given
+
     engine: EngineConfig = ENGINE_DEFAULTS
     host: str = DEFAULT_HOST
     port: Annotated[int, Port] = 50051               # gRPC; 0: pick a free port (see the ready line)
@@ -68,6 +70,18 @@ class WorkerConfig(ServiceSettings):
     spec_timeout_s: float = Field(3.0, gt=0)         # one spec's compile in a helper; longer: INVALID_ARGUMENT
                                                      # (below the coordinator's stream progress deadline)
     log_level: str = "INFO"
+    kv_shared: bool = False                          # share host-tier KV blocks through Redis (worker/kv_shared.py)
+    kv_shared_ttl_s: float = Field(600.0, gt=0)      # a shared block's lifetime in Redis
+    redis_url: str | None = None                     # the shared tier's Redis ($MINDMOTOR_REDIS_URL) ...
+    redis_url_file: str | None = None                # ... or a file holding that URL
+
+    @model_validator(mode="after")
+    def _shared_tier(self) -> "WorkerConfig":
+        if self.kv_shared and not self.redis_url:
+            raise ValueError("kv_shared needs a Redis: set $MINDMOTOR_REDIS_URL or --redis-url-file")
+        if self.kv_shared and (self.engine.kv_host_bytes == 0 or not self.engine.enable_prefix_caching):
+            raise ValueError("kv_shared shares the KV host tier: it needs --kv-host-bytes above 0 and prefix caching")
+        return self
 
     @field_validator("engine", mode="before")
     @classmethod
