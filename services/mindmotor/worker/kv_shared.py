@@ -63,7 +63,7 @@ def model_key(model_dir: str | Path, block_shape: tuple[int, ...], dtype: np.dty
 
 class SharedKVTier:
     def __init__(self, engine: AsyncLLMEngine, redis_url: str, *, prefix: str = "mindmotor", ttl_s: float = 600.0,
-                 node_link: str = "inter_node", timeout_s: float = 0.5):
+                 node_link: str = "inter_node", timeout_s: float = 0.5, metrics=None):
         import redis.asyncio as redis
 
         inner = engine.engine
@@ -87,6 +87,7 @@ class SharedKVTier:
         self.fetched = 0                  # blocks read and stored in the host tier
         self.errors = 0
         self._skip_until = 0.0
+        self.metrics = metrics            # WorkerMetrics, or None
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -110,6 +111,8 @@ class SharedKVTier:
 
     def _failed(self, what: str, exc: Exception) -> None:
         self.errors += 1
+        if self.metrics is not None:
+            self.metrics.kv_shared_errors.inc()
         self._skip_until = time.monotonic() + SKIP_AFTER_ERROR_S
         log.warning("the shared KV tier's Redis failed; leaving it alone for a while",
                     extra={"what": what, "error": f"{type(exc).__name__}: {exc}", "skip_s": SKIP_AFTER_ERROR_S})
@@ -137,6 +140,8 @@ class SharedKVTier:
             self._failed("publish", exc)
             return 0
         self.published += len(blocks)
+        if self.metrics is not None:
+            self.metrics.kv_shared_blocks.labels(direction="published").inc(len(blocks))
         return len(blocks)
 
     # ---- fetching -----------------------------------------------------------------------------
@@ -169,4 +174,6 @@ class SharedKVTier:
             await asyncio.sleep(remaining)
         stored = await self.engine.insert_kv_tier(blocks)
         self.fetched += stored
+        if self.metrics is not None:
+            self.metrics.kv_shared_blocks.labels(direction="fetched").inc(stored)
         return stored

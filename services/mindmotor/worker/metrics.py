@@ -187,6 +187,10 @@ class WorkerMetrics:
                                          registry=self.registry)
         self.kv_transfers = Counter("mindmotor_kv_transfers", "Remote-prefilled requests by outcome "
                                     "(pulled, or fallback: prefilled here)", ["outcome"], registry=self.registry)
+        self.kv_shared_blocks = Counter("mindmotor_kv_shared_blocks", "KV blocks through the shared tier's "
+                                        "Redis (published, fetched)", ["direction"], registry=self.registry)
+        self.kv_shared_errors = Counter("mindmotor_kv_shared_errors", "Failed calls to the shared tier's Redis "
+                                        "(Redis is then left alone for a while)", registry=self.registry)
         self.role_switches = Counter("mindmotor_role_switches", "Role changes (SetRole)", ["role"],
                                      registry=self.registry)
         self.refused = Counter("mindmotor_requests_refused", "Generate and Prefill calls refused before the "
