@@ -176,3 +176,28 @@ def _rss() -> int | None:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except OSError:
         return None
+
+
+def test_host_memory_stays_under_the_budget_while_12x_the_budget_goes_through():
+    """The tier alone, fed blocks of 128 KiB (K and V): 384 MiB through a 32 MiB budget; the
+    process's resident memory grows by the budget at most (plus the allocator's slack)."""
+    from mindmotor.engine.kv_tier import HostKVTier, TierConfig
+    from mindmotor.model.kv_cache import PagedKVCache
+
+    budget = 32 * 2**20
+    cache = PagedKVCache(num_layers=4, num_blocks=1, block_size=16, num_kv_heads=8, head_dim=64, initial_blocks=1)
+    tier = HostKVTier(TierConfig(budget, chunk_bytes=2 * 2**20), cache, block_size=16, link_block_bytes=2**17,
+                      copy_seconds=lambda nbytes, dmas: 0.0)
+    rss_before = _rss()
+    peak_rss = 0
+    for i in range(3 * 2**10):                         # 3,072 blocks of 128 KiB: 384 MiB
+        k = np.full(tier.block_shape, i, dtype=np.float32)
+        tier.insert([(i.to_bytes(16, "little"), k, k.copy())])
+        if i % 256 == 0:
+            tier.check()
+            peak_rss = max(peak_rss, _rss() or 0)
+    tier.check()
+    assert tier.stats.blocks_inserted == 3 * 2**10 and tier.stats.chunks_evicted > 150
+    assert budget - 2 * 2**20 <= tier.held_array_bytes() <= budget
+    if rss_before is not None:
+        assert peak_rss - rss_before < budget + 16 * 2**20, f"RSS grew {(peak_rss - rss_before) / 2**20:.0f} MiB"

@@ -240,20 +240,20 @@ class HostKVTier:
         prefix cache holds), admit it with blocks for that prefix and park it in WAITING_FOR_KV
         while the prefix loads. False (nothing changed) if the tier cannot help or the pool has no
         room: the scheduler then admits it as usual."""
-        if seq.kv_source is not None or seq.needs_prompt_logits or not self._where:
+        if seq.kv_source is not None or seq.needs_prompt_logits:
             return False
         bm = sched.block_manager
         bs = self.block_size
         num_hbm = len(bm.get_computed_blocks(seq))     # also brings seq.block_hashes up to date
         max_blocks = (seq.num_tokens - 1) // bs         # one token is left to compute (its logits)
-        num_host = self.lookup(seq.block_hashes[num_hbm:max_blocks])
+        num_host = self.lookup(seq.block_hashes[num_hbm:max_blocks]) if self._where else 0
         key = (seq.request_id, id(seq), seq.num_preemptions)
         if key not in self._queried:                    # the head of the queue may retry
             self._queried[key] = None
             if len(self._queried) > _QUERIED_MEMORY:
                 self._queried.popitem(last=False)
             self.stats.queries += seq.num_tokens - num_hbm * bs
-        if num_host == 0:
+        if num_host == 0:           # (an empty tier answers at once: nothing to look up)
             return False
         hashes = seq.block_hashes[num_hbm:num_hbm + num_host]
         chunks = {self._where[h][0] for h in hashes}
