@@ -133,3 +133,20 @@ def test_pd_realtime_helpers_and_plot(tmp_path):
     path = plot_cdfs({"mixed": {"ttft_s": [0.1, 0.2], "tpot_s": [0.02, 0.03]}, "split": {"ttft_s": [0.3]}},
                      tmp_path / "cdf.png", "test")
     assert path.stat().st_size > 1000
+
+
+def test_kv_tiers_small():
+    """The KV tiers benchmark on a few sessions: its keys, the tier hitting what the oracle hits,
+    and the same greedy outputs with and without the tier."""
+    from benchmarks import kv_tiers
+
+    w = kv_tiers.Workload(sessions=6, turns=3, first_prompt=256, user_tokens=64, output_tokens=8)
+    headline, details = kv_tiers.run(w, progress=False)
+    assert list(headline) == ["hit_rate", "oracle_hit_rate", "ttft_turn2plus_vs_hbm_only",
+                              "throughput_vs_hbm_only", "async_vs_sync_load", "no_reuse_vs_hbm_only",
+                              "outputs_identical"]
+    assert headline["outputs_identical"] is True
+    assert details["runs"]["hbm_only"]["hbm_evictions"] > 0
+    assert 0 < headline["hit_rate"] <= headline["oracle_hit_rate"] + 1e-9
+    assert details["runs"]["tier"]["prompt_tokens_computed"] < details["runs"]["hbm_only"]["prompt_tokens_computed"]
+    assert details["outputs_check"]["tier"]["loads_failed"] == 1

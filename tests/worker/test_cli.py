@@ -16,7 +16,8 @@ FLAGS = ["--model", "--port", "--device", "--emulate", "--timing", "--host", "--
          "--no-prefix-caching", "--no-chunked-prefill", "--memory-fraction", "--tp", "--drain-timeout",
          "--worker-id", "--kv-host-budget", "--stream-keepalive", "--engine-stall-timeout",
          "--long-prefill-token-threshold", "--max-num-partial-prefills", "--max-num-batched-attention",
-         "--spec-helpers", "--spec-timeout", "--resume-retention"]
+         "--spec-helpers", "--spec-timeout", "--resume-retention", "--kv-host-bytes", "--cache-chunk-size",
+         "--prefetch-depth", "--kv-shared", "--kv-shared-ttl", "--redis-url-file"]
 
 
 def test_flags_build_the_configs():
@@ -91,3 +92,29 @@ def test_fair_prefill_flags_default_to_a_bounded_step_and_refuse_nonsense(capsys
     assert "expected a number of query-key pairs or 'auto'" in capsys.readouterr().err
     with pytest.raises(ValueError, match="max_num_partial_prefills"):
         config_from_args(build_parser().parse_args(["worker", "--max-num-partial-prefills", "0"]))
+
+
+def test_the_kv_host_tier_flags_take_sizes_and_refuse_nonsense(capsys):
+    default = config_from_args(build_parser().parse_args(["worker"])).engine
+    assert default.kv_host_bytes is None and default.prefetch_depth == 2      # None: 5% of the machine
+    args = build_parser().parse_args(["worker", "--kv-host-bytes", "1GiB", "--cache-chunk-size", "64MiB",
+                                      "--prefetch-depth", "3"])
+    e = config_from_args(args).engine
+    assert (e.kv_host_bytes, e.cache_chunk_size, e.prefetch_depth) == (2**30, 64 * 2**20, 3)
+    assert config_from_args(build_parser().parse_args(["worker", "--kv-host-bytes", "0"])).engine.kv_host_bytes == 0
+    for flag, bad in (("--kv-host-bytes", "lots"), ("--prefetch-depth", "0"), ("--cache-chunk-size", "-1")):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["worker", flag, bad])
+
+
+def test_the_shared_kv_tier_needs_a_redis_and_the_host_tier(tmp_path, monkeypatch):
+    monkeypatch.delenv("MINDMOTOR_REDIS_URL", raising=False)
+    with pytest.raises(ValueError, match="needs a Redis"):
+        config_from_args(build_parser().parse_args(["worker", "--kv-shared"]))
+    url = tmp_path / "redis-url"
+    url.write_text("redis://127.0.0.1:6379/0\n")
+    with pytest.raises(ValueError, match="--kv-host-bytes above 0"):
+        config_from_args(build_parser().parse_args(["worker", "--kv-shared", "--redis-url-file", str(url),
+                                                    "--kv-host-bytes", "0"]))
+    config = config_from_args(build_parser().parse_args(["worker", "--kv-shared", "--redis-url-file", str(url)]))
+    assert config.kv_shared and config.redis_url == "redis://127.0.0.1:6379/0" and config.kv_shared_ttl_s == 600

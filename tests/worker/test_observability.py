@@ -137,3 +137,14 @@ def test_vllm_metric_names(served, tiny_model):
     assert f'vllm:time_to_first_token_seconds_bucket{{le="2560.0",model_name="{tiny_model.name}"}}' in text
     assert f'vllm:e2e_request_latency_seconds_bucket{{le="7680.0",model_name="{tiny_model.name}"}}' in text
     assert value(families["vllm:request_success"], "vllm:request_success_total", finished_reason="length", **m) >= 3
+
+
+def test_kv_host_tier_metrics(served, tiny_model):
+    """The worker keeps a KV host tier by default: its budget, usage and load histogram are exported,
+    with vLLM's external prefix-cache counters."""
+    families, text = scrape(served)
+    assert value(families["mindmotor_kv_tier_budget_bytes"], "mindmotor_kv_tier_budget_bytes") > 0
+    assert value(families["mindmotor_kv_tier_bytes"], "mindmotor_kv_tier_bytes") >= 0
+    assert "mindmotor_kv_tier_load_seconds_bucket{le=\"+Inf\"}" in text
+    m = {"model_name": tiny_model.name}
+    assert value(families["vllm:external_prefix_cache_queries"], "vllm:external_prefix_cache_queries_total", **m) >= 0

@@ -20,6 +20,9 @@ NUM_REQUESTS_WAITING = PREFIX + "num_requests_waiting"
 KV_CACHE_USAGE_PERC = PREFIX + "kv_cache_usage_perc"
 PREFIX_CACHE_QUERIES = PREFIX + "prefix_cache_queries"      # counters (tokens): stored with _total
 PREFIX_CACHE_HITS = PREFIX + "prefix_cache_hits"
+# vLLM's names for a KV connector's cache (here: the KV host tier), counters in tokens
+EXTERNAL_PREFIX_CACHE_QUERIES = PREFIX + "external_prefix_cache_queries"
+EXTERNAL_PREFIX_CACHE_HITS = PREFIX + "external_prefix_cache_hits"
 NUM_PREEMPTIONS = PREFIX + "num_preemptions"
 PROMPT_TOKENS = PREFIX + "prompt_tokens"
 GENERATION_TOKENS = PREFIX + "generation_tokens"

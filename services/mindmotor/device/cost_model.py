@@ -41,6 +41,9 @@ from mindmotor.device.specs import DeviceSpec, KernelParams
 # Assumed link defaults for KV transfer: setup latency (s) and achievable fraction of the link.
 LINK_ALPHA_S = {"intra_node": 20e-6, "inter_node": 50e-6}
 LINK_ETA = 0.7
+# Host link (PCIe) copies of the KV host tier: latency per DMA (one chunk) and achievable fraction.
+HOST_LINK_ALPHA_S = 10e-6
+HOST_LINK_ETA = 0.8
 
 
 @dataclass
@@ -273,3 +276,8 @@ class CostModel:
         alpha = LINK_ALPHA_S[link] if alpha_s is None else alpha_s
         nbytes = num_tokens * self.profile.kv_bytes_per_token
         return alpha + nbytes / (eta * bandwidth)
+
+    def host_copy_seconds(self, nbytes: float, num_dmas: int = 1) -> float:
+        """Card <-> host memory over the host link (PCIe), one direction: `num_dmas` copies'
+        latency + bytes / (eta * host link bandwidth). The KV host tier prices every copy with it."""
+        return num_dmas * HOST_LINK_ALPHA_S + nbytes / (HOST_LINK_ETA * self.spec.host_link_bandwidth)

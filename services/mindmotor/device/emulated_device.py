@@ -57,5 +57,11 @@ class EmulatedDevice:
         self.telemetry.record_step(cost.seconds, self.clock())
         return cost
 
+    def stall(self, seconds: float) -> float:
+        """The card waits `seconds` (a copy on the critical path): emulated time passes (realtime:
+        also on the wall clock). Returns `seconds`."""
+        self.pacer.stall(seconds)
+        return seconds
+
     def snapshot(self) -> dict:
         return self.telemetry.snapshot()

@@ -37,6 +37,10 @@ Kernel behaviour (`KernelParams`, one set per device, what the cost model prices
   estimate for vLLM with CUDA graphs and for MindIE; Vidur's step composition excludes it, so the
   fidelity table does too. Collective latency: 10 us per call on NVLink, 20 us on HCCS (the KV
   transfer alpha already used here), estimates.
+- Host link (`host_link_bandwidth`, card <-> host memory, what the KV host tier's copies cross):
+  the nominal per-direction PCIe rate of the card's slot — PCIe 5.0 x16 (64 GB/s) for the
+  Atlas 800I A2's 910B parts and H100 SXM, PCIe 4.0 x16 (32 GB/s) for A100 SXM4. The copy
+  pricing (`CostModel.host_copy_seconds`) takes 80 % of it and 10 us per DMA (estimates).
 - MindIE's KV-pool rule (`hbm_runtime_reserved_bytes`): MindIE sizes the KV pool as
   NPU_MEMORY_FRACTION x HBM minus the HBM already in use when the server starts (the runtime's own
   reservation, then weights and workspace); an idle Ascend card reports ~3 GB in use under
@@ -124,6 +128,7 @@ class DeviceSpec:
     source: str = field(default="", compare=False)
     kernels: KernelParams = field(default=ASCEND_KERNELS, compare=False)
     hbm_runtime_reserved_bytes: int = 0    # in use before the server loads anything (MindIE rule)
+    host_link_bandwidth: float = 32 * GB   # bytes/s per direction between card and host memory (PCIe)
 
     def __post_init__(self) -> None:
         missing = [d for d in DTYPES if d not in self.peak_flops]
@@ -144,6 +149,7 @@ def _ascend(name: str, *, ai_cores: int, clock_ghz: float, bf16: float, fp16: fl
         intra_node_bandwidth=hccs_gbps * GB, inter_node_bandwidth=25 * GB,
         tdp_watts=tdp, idle_watts=idle, source=source, kernels=ASCEND_KERNELS,
         hbm_runtime_reserved_bytes=3 * GB,
+        host_link_bandwidth=64 * GB,       # PCIe 5.0 x16 (Atlas 800I A2), nominal per direction
     )
 
 
@@ -192,6 +198,7 @@ DEVICE_SPECS: dict[str, DeviceSpec] = {
         tdp_watts=400, idle_watts=60,
         source="NVIDIA A100 Tensor Core GPU data sheet (SXM4 80GB, dense)",
         kernels=A100_KERNELS, hbm_runtime_reserved_bytes=GB // 2,
+        host_link_bandwidth=32 * GB,       # PCIe 4.0 x16, nominal per direction
     ),
     "H100-SXM": DeviceSpec(
         name="H100-SXM", vendor="NVIDIA", ai_cores=132, clock_ghz=1.98,
@@ -203,6 +210,7 @@ DEVICE_SPECS: dict[str, DeviceSpec] = {
         tdp_watts=700, idle_watts=70,
         source="NVIDIA H100 Tensor Core GPU data sheet (SXM5, dense)",
         kernels=H100_KERNELS, hbm_runtime_reserved_bytes=GB // 2,
+        host_link_bandwidth=64 * GB,       # PCIe 5.0 x16, nominal per direction
     ),
 }
 

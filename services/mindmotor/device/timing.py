@@ -41,3 +41,9 @@ class StepPacer:
         self.lag_time_s += lag
         self.steps += 1
         return lag
+
+    def stall(self, seconds: float) -> None:
+        """Emulated time passes with no step (the card waits on a copy); realtime: it waits too."""
+        if self.mode == "realtime":
+            time.sleep(seconds)
+        self.emulated_time_s += seconds

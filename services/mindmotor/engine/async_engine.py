@@ -30,7 +30,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import AsyncIterator, Callable, Sequence as Seq, TypeVar
+from typing import AsyncIterator, Awaitable, Callable, Sequence as Seq, TypeVar
 
 from .config import EngineConfig
 from .continuation import Continuation
@@ -87,6 +87,7 @@ class AsyncLLMEngine:
         self._progress_at = time.monotonic()    # the engine thread's last time round its loop
         self.info: EngineInfo = self.engine.info
         self._kv_loader: Callable[[KVLoad], None] | None = None
+        self._prefetcher: Callable[[ValidatedRequest], Awaitable[None]] | None = None
         self._new: deque[_Pending] = deque()
         self._aborts: deque[str] = deque()
         self._commands: deque[_Command] = deque()
@@ -154,11 +155,44 @@ class AsyncLLMEngine:
         pending = self._open(request_id, request, priority)
         pending.prefill_only = prefill_only
         compiling = None
-        if request.params.structured is not None and request.matcher is None:
-            compiling = asyncio.get_running_loop().create_task(self._compile(pending))
+        needs_matcher = request.params.structured is not None and request.matcher is None
+        if needs_matcher or (self._prefetcher is not None and request.continuation is None):
+            compiling = asyncio.get_running_loop().create_task(self._prepare(pending, needs_matcher))
         else:
             self._take(pending)
         return self._stream(pending, keepalive_s, compiling)
+
+    async def _prepare(self, pending: _Pending, needs_matcher: bool) -> None:
+        """Before the engine takes the request: its prefix's KV fetched from the shared tier (never
+        failing the request), and its grammar matcher compiled."""
+        if self._prefetcher is not None and pending.validated.continuation is None:
+            try:
+                await self._prefetcher(pending.validated)
+            except EngineDeadError:
+                pass                                    # the stream ends with the engine's error
+            except Exception:  # noqa: BLE001 - the prefix is computed instead
+                log.exception("prefetching KV from the shared tier failed; the prompt is computed here")
+        if needs_matcher:
+            await self._compile(pending)
+        else:
+            self._take(pending)
+
+    def connect_prefetch(self, prefetcher: Callable[[ValidatedRequest], Awaitable[None]]) -> None:
+        """Await `prefetcher(request)` before handing each new request to the engine (the shared
+        KV tier fetches its prefix into the host tier)."""
+        self._prefetcher = prefetcher
+
+    async def take_kv_exports(self, max_blocks: int) -> list:
+        """Blocks the host tier stored since the last call (see `HostKVTier.take_exports`)."""
+        return await self._call(lambda e: e.kv_tier.take_exports(max_blocks) if e.kv_tier is not None else [])
+
+    async def insert_kv_tier(self, blocks: list) -> int:
+        """Store blocks from elsewhere in the host tier (see `HostKVTier.insert`)."""
+        return await self._call(lambda e: e.kv_tier.insert(blocks) if e.kv_tier is not None else 0)
+
+    def local_prefix_blocks(self, hashes: list[bytes]) -> int:
+        """See `LLMEngine.local_prefix_blocks` (safe from this thread)."""
+        return self.engine.local_prefix_blocks(hashes)
 
     def _take(self, pending: _Pending) -> None:
         self._new.append(pending)
@@ -280,8 +314,8 @@ class AsyncLLMEngine:
                 for out in outputs:
                     self._deliver(out)
                 self._start_kv_loads()
-                if not outputs and not engine.has_runnable_requests():
-                    self._wake.wait(_NOTHING_RUNNABLE_WAIT_S)   # continuations waiting for KV only
+                if not outputs and not engine.has_runnable_requests():   # waiting for KV only: until
+                    self._wake.wait(engine.idle_wait_s(_NOTHING_RUNNABLE_WAIT_S))   # a host-tier load ends
                     self._wake.clear()
         except BaseException as exc:  # the engine is broken: fail every stream rather than hang
             log.critical("the engine thread failed; the engine is dead", exc_info=True,

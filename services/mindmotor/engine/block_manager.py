@@ -63,6 +63,7 @@ class BlockManager:
         self.prefix_hits = 0                              # of those, found cached
         self.evictions = 0                                # cached blocks reused for new ones
         self.host_limited = 0                             # allocations refused for the host budget alone
+        self.on_evict: Callable[[int, bytes], None] | None = None   # (block, its hash) before reuse
 
     # ---- what the scheduler sees ------------------------------------------------------------
     @property
@@ -220,6 +221,8 @@ class BlockManager:
             self.watermark += 1
             return self.watermark - 1
         block, _ = self._evictable.popitem(last=False)    # least recently used cached block
+        if self.on_evict is not None:                     # e.g. the KV host tier keeps its KV
+            self.on_evict(block, self.block_hash[block])
         self._uncache(block)
         self.evictions += 1
         return block

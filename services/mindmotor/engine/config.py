@@ -33,6 +33,11 @@ class EngineConfig:
     kv_pin_ttl_s: float = 30.0            # prefill-only KV is freed this long after pinning if not released
     kv_host_budget_bytes: int | None = None  # host memory for KV arrays; None: 10% of the machine's
                                           # (engine/host_memory.py); cached blocks are evicted past it
+    kv_host_bytes: int | None = 0         # the KV host tier's host memory (engine/kv_tier.py); 0: no tier;
+                                          # None: 5% of the machine's (engine/host_memory.py; the worker's default)
+    cache_chunk_size: int = 256 * 2**20   # KV per host-tier chunk (emulated bytes)
+    prefetch_depth: int = 2               # host-tier chunk copies in flight at once
+    kv_tier_sync_load: bool = False       # host-tier loads stall the next step (a benchmark baseline)
     runner: str = "model"                 # "cost_only": no weights, no tokenizer, no forward pass — the
                                           # `emulate` profile's step prices only (the simulator's engine)
 
@@ -60,5 +65,11 @@ class EngineConfig:
                              f"{self.max_num_batched_attention}")
         if self.max_num_partial_prefills < 1:
             raise ValueError(f"max_num_partial_prefills must be at least 1, got {self.max_num_partial_prefills}")
+        if self.kv_host_bytes is not None and self.kv_host_bytes < 0:
+            raise ValueError(f"kv_host_bytes must be at least 0 (0: no host tier), got {self.kv_host_bytes}")
+        if self.cache_chunk_size < 1:
+            raise ValueError(f"cache_chunk_size must be positive, got {self.cache_chunk_size}")
+        if self.prefetch_depth < 1:
+            raise ValueError(f"prefetch_depth must be at least 1, got {self.prefetch_depth}")
         if self.kv_host_budget_bytes is not None and self.kv_host_budget_bytes < 1:
             raise ValueError(f"kv_host_budget_bytes must be positive, got {self.kv_host_budget_bytes}")

@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 
 DEFAULT_FRACTION = 0.10          # of the machine's memory, per worker
+TIER_FRACTION = 0.05             # the KV host tier's default (`--kv-host-bytes`), per worker
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
           "t": 1000**4, "tb": 1000**4, "ki": 2**10, "kib": 2**10, "mi": 2**20, "mib": 2**20, "gi": 2**30,
           "gib": 2**30, "ti": 2**40, "tib": 2**40}
@@ -43,6 +44,11 @@ def _mem_total() -> int:
     except OSError:
         pass
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def default_tier_bytes() -> int:
+    """The KV host tier's default budget (engine/kv_tier.py): `TIER_FRACTION` of the machine."""
+    return int(machine_memory_bytes() * TIER_FRACTION)
 
 
 def default_budget() -> int:

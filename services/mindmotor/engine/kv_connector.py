@@ -99,6 +99,11 @@ class SchedulerKVConnector:
         self._new_loads.append(KVLoad(seq.request_id, seq.kv_source, skip,
                                       seq.num_prompt_tokens - skip * self.block_size))
 
+    def park(self, seq: Sequence) -> None:
+        """`seq` waits for KV that another part of the engine loads (the host tier): held here
+        like a pull, without a `KVLoad` for the worker side."""
+        self._loading[seq.request_id] = seq
+
     def take_loads(self) -> list[KVLoad]:
         """The loads started since the last call (for the worker side)."""
         loads, self._new_loads = self._new_loads, []

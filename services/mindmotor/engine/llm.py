@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import itertools
+import time
 from dataclasses import dataclass, field
 from typing import Sequence as Seq
 
@@ -60,6 +61,8 @@ class LLM:
             results[rid] = GenerationOutput(request_id=rid, prompt_token_ids=seq.prompt_token_ids)
         bar = tqdm(total=len(prompts), desc="generate", disable=not use_tqdm)
         while self.engine.has_unfinished_requests():
+            if not self.engine.has_runnable_requests() and self.engine.next_kv_ready_at() is not None:
+                time.sleep(self.engine.idle_wait_s(0.05))    # only host-tier loads in flight
             for out in self.engine.step():
                 r = results[out.request_id]
                 r.token_ids.extend(out.new_token_ids)

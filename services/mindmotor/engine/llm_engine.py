@@ -31,8 +31,9 @@ from .block_manager import BlockManager
 from .config import EngineConfig
 from .continuation import Continuation
 from .cost_only_runner import CostOnlyRunner, NoKVCache, unsupported
-from .host_memory import format_bytes, resolve_budget
+from .host_memory import default_tier_bytes, format_bytes, resolve_budget
 from .kv_connector import KVBlocks, KVLoad
+from .kv_tier import HostKVTier, TierConfig
 from .model_runner import ModelRunner
 from .output import OutputProcessor, RequestOutput
 from mindmotor.rules.request_rules import InvalidRequest, check_text, check_token_ids, resolve_max_tokens
@@ -114,6 +115,20 @@ class EngineStats:
     kv_host_limited: int = 0          # allocations refused for the host budget alone
     prefix_queries: int = 0           # prompt tokens looked up in the prefix cache
     prefix_hits: int = 0              # of them, found there
+    # the KV host tier (engine/kv_tier.py); zeros without one
+    kv_tier_bytes: int = 0            # host memory it holds now
+    kv_tier_budget_bytes: int = 0     # --kv-host-bytes
+    kv_tier_blocks: int = 0
+    kv_tier_loading: int = 0          # requests waiting for a load from it
+    kv_tier_queries: int = 0          # tokens looked up there (past the HBM prefix cache's hits)
+    kv_tier_hits: int = 0             # of them, loaded from it
+    kv_tier_bytes_stored: int = 0     # emulated bytes copied card -> host
+    kv_tier_bytes_loaded: int = 0     # emulated bytes copied host -> card
+    kv_tier_loads: int = 0
+    kv_tier_loads_partial: int = 0    # blocks evicted mid-load: the rest computed
+    kv_tier_loads_failed: int = 0     # the copy failed: computed
+    kv_tier_load_buckets: tuple = ()  # loads per LOAD_TIME_BUCKETS bucket (emulated seconds)
+    kv_tier_load_s_sum: float = 0.0
 
 
 def served_model_profile(config: LlamaConfig, name: str, tp: int = 1) -> ModelProfile:
@@ -192,6 +207,9 @@ class LLMEngine:
             self.runner = ModelRunner(self.model, self.kv_cache)
             self._execute = self._run_model
             eos_ids = self.tokenizer.eos_token_ids
+        tier_bytes = default_tier_bytes() if config.kv_host_bytes is None else config.kv_host_bytes
+        self.kv_tier = self._make_kv_tier(profile, tier_bytes) if tier_bytes and config.enable_prefix_caching \
+            else None
         self.sampler = Sampler(eos_ids)
         self.outputs = OutputProcessor(self.tokenizer, eos_ids, self.max_model_len)
         self.requests: dict[str, Sequence] = {}
@@ -214,6 +232,16 @@ class LLMEngine:
                                         "max_num_batched_tokens": config.max_num_batched_tokens,
                                         "long_prefill_token_threshold": config.long_prefill_token_threshold,
                                         "max_num_batched_attention": self.scheduler.config.max_num_batched_attention})
+
+    def _make_kv_tier(self, profile: ModelProfile, host_bytes: int) -> HostKVTier:
+        """The KV host tier, fed by the prefix cache's evictions, consulted at admission."""
+        c = self.config
+        tier = HostKVTier(TierConfig(host_bytes, c.cache_chunk_size, c.prefetch_depth, c.kv_tier_sync_load),
+                          self.kv_cache, c.block_size, profile.kv_bytes_per_token * c.block_size,
+                          self.device.cost_model.host_copy_seconds, clock=self.clock)
+        self.block_manager.on_evict = tier.on_evict
+        self.scheduler.kv_tier = tier
+        return tier
 
     @property
     def info(self) -> EngineInfo:
@@ -511,8 +539,33 @@ class LLMEngine:
         return self.device.price_kv_transfer(num_tokens, link)
 
     def has_unfinished_requests(self) -> bool:
-        """Requests waiting or running (not those waiting for their KV: their loads are out)."""
-        return self.scheduler.num_unfinished > 0
+        """Requests waiting or running, or loading from the host tier (which ends on its own) —
+        not those waiting for KV from another worker: their loads are out."""
+        return self.scheduler.num_unfinished > 0 or (self.kv_tier is not None and self.kv_tier.num_loading > 0)
+
+    def local_prefix_blocks(self, hashes: list[bytes]) -> int:
+        """How many of `hashes`, from the first, this engine holds (HBM prefix cache or host tier).
+        Safe from any thread: only dictionary lookups, and a stale answer costs a redundant fetch
+        or a miss, never a wrong result."""
+        held = self.block_manager.hash_to_block
+        tier = self.kv_tier
+        n = 0
+        for h in hashes:
+            if h not in held and (tier is None or tier.lookup([h]) == 0):
+                break
+            n += 1
+        return n
+
+    def next_kv_ready_at(self) -> float | None:
+        """When the next host-tier load ends, on the engine's clock (a step from then on runs its
+        request); None with none in flight."""
+        return self.kv_tier.next_ready_at() if self.kv_tier is not None else None
+
+    def idle_wait_s(self, longest: float) -> float:
+        """How long a loop with nothing runnable may wait before the next step (at most `longest`):
+        until the next host-tier load ends."""
+        ready = self.next_kv_ready_at()
+        return longest if ready is None else min(longest, max(0.0, ready - self.clock()))
 
     def has_runnable_requests(self) -> bool:
         """Whether a step now can make progress without news from outside (a KV load finishing, an
@@ -533,12 +586,16 @@ class LLMEngine:
         self.last_step_s = 0.0
         sched = None
         try:
+            if self.kv_tier is not None:
+                self.kv_tier.poll(self.scheduler)    # host-tier loads that ended: their requests run
             sched = self.scheduler.schedule()
             if sched.empty:
                 return []
             inp, tokens, logprobs, errors = self._execute(sched)
             self._postprocess(sched, inp.sampling, tokens, logprobs, errors)
             self.last_step_s = self.device.run_step(inp.shape, started).seconds
+            if self.kv_tier is not None and (stall := self.kv_tier.take_stall()):
+                self.last_step_s += self.device.stall(stall)   # sync_load: the copies were on the path
         except Exception as exc:  # noqa: BLE001 - the step's requests fail, the engine is checked
             self._fail_step(sched, exc)
         else:
@@ -671,7 +728,20 @@ class LLMEngine:
             request_failures=self.request_failures, step_failures=self.step_failures,
             kv_host_bytes=self.kv_cache.host_bytes, kv_host_budget_bytes=self.kv_host_budget_bytes,
             kv_host_blocks=bm.host_blocks, kv_cached_blocks=bm.num_cached_blocks, kv_evictions=bm.evictions,
-            kv_host_limited=bm.host_limited, prefix_queries=bm.prefix_queries, prefix_hits=bm.prefix_hits)
+            kv_host_limited=bm.host_limited, prefix_queries=bm.prefix_queries, prefix_hits=bm.prefix_hits,
+            **self._tier_stats())
+
+    def _tier_stats(self) -> dict:
+        tier = self.kv_tier
+        if tier is None:
+            return {}
+        t = tier.stats
+        return dict(kv_tier_bytes=tier.used_bytes, kv_tier_budget_bytes=tier.config.host_bytes,
+                    kv_tier_blocks=tier.num_blocks, kv_tier_loading=tier.num_loading, kv_tier_queries=t.queries,
+                    kv_tier_hits=t.hits, kv_tier_bytes_stored=t.bytes_stored, kv_tier_bytes_loaded=t.bytes_loaded,
+                    kv_tier_loads=t.loads, kv_tier_loads_partial=t.loads_partial,
+                    kv_tier_loads_failed=t.loads_failed, kv_tier_load_buckets=tuple(t.load_s_buckets),
+                    kv_tier_load_s_sum=t.load_s_sum)
 
     def check_invariants(self) -> None:
         """The pool adds up, counting every holder of blocks: running, pinned, waiting for KV."""

@@ -19,6 +19,8 @@ The scheduler owns every holder of blocks: the running set, and through its KV c
 continuations waiting for their KV (`WAITING_FOR_KV`). A waiting continuation with a KV source is
 admitted like any waiting sequence — in its turn, through `BlockManager.admit` — but with blocks
 for its prompt only and no compute this step: it waits for its KV, then runs (`finish_kv_load`).
+With a KV host tier (`kv_tier.py`), a waiting sequence whose prefix the tier holds is parked the
+same way while that prefix loads (`HostKVTier.admit`), then computes the rest.
 """
 
 from __future__ import annotations
@@ -90,6 +92,7 @@ class Scheduler:
         self.waiting: list[Sequence] = []   # heap by (priority, arrival)
         self.running: list[Sequence] = []   # sorted by (priority, arrival)
         self.num_preemptions = 0
+        self.kv_tier = None                 # the KV host tier (kv_tier.HostKVTier), if any
 
     # ---- queue changes ----------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
@@ -139,16 +142,18 @@ class Scheduler:
             self.block_manager.free(seq)
         return expired
 
-    def finish_kv_load(self, request_id: str, loaded: bool) -> Sequence | None:
+    def finish_kv_load(self, request_id: str, loaded: bool,
+                       num_computed_tokens: int | None = None) -> Sequence | None:
         """End a continuation's wait for its KV: with the prompt's KV written into its blocks
         (`loaded`) it runs from its next step; otherwise its blocks are freed and it waits again,
         without a KV source, to be computed here (as after a preemption). None if it is no longer
-        waiting (aborted meanwhile)."""
+        waiting (aborted meanwhile). `num_computed_tokens`: the tokens whose KV is now in its blocks
+        (default: the prompt's; the host tier loads a prefix, and the rest is computed)."""
         seq = self.kv.finish_load(request_id)
         if seq is None:
             return None
         if loaded:
-            seq.num_computed_tokens = seq.num_prompt_tokens
+            seq.num_computed_tokens = seq.num_prompt_tokens if num_computed_tokens is None else num_computed_tokens
             self.block_manager.cache_blocks(seq)
             seq.status = SequenceStatus.RUNNING
             bisect.insort(self.running, seq)
@@ -227,6 +232,8 @@ class Scheduler:
             while self.waiting and budget.tokens > 0 and \
                     len(self.running) + self.kv.num_loading < self.config.max_num_seqs:
                 seq = self.waiting[0]
+                if self.kv_tier is not None and self.kv_tier.admit(self, seq):
+                    continue                  # parked while its prefix loads from the host tier
                 if seq.kv_source is not None:
                     if not self._admit_for_kv(seq):
                         break

@@ -47,6 +47,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--target", type=float, default=0.9, help="--search: share of requests within SLO")
     p.add_argument("--pd", action="store_true", help="--search: also try P:D splits")
     p.add_argument("--max-instances", type=int, default=32, help="--search: give up above this")
+    p.add_argument("--prefix-caching", action="store_true", default=None,
+                   help="prefix caching on (a trace with a session column has reuse to find)")
+    p.add_argument("--kv-host-bytes", type=_size, default=None, metavar="SIZE",
+                   help="per instance: the KV host tier's host memory, e.g. 64GiB (default 0: none; "
+                        "needs --prefix-caching)")
+    p.add_argument("--cache-chunk-size", type=_size, default=None, metavar="SIZE",
+                   help="the host tier's chunk (default 256MiB)")
+    p.add_argument("--prefetch-depth", type=int, default=None, help="host-tier chunk copies in flight (default 2)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run_simulate)
 
@@ -54,7 +62,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 FLAG_FIELDS = {"instances": "mixed", "prefill": "prefill", "decode": "decode", "device": "device",
                "model": "model", "tp": "tp", "routing": "routing", "max_num_seqs": "max_num_seqs",
                "max_num_batched_tokens": "max_num_batched_tokens", "max_model_len": "max_model_len",
-               "frontend_overhead": "frontend_overhead_s"}
+               "frontend_overhead": "frontend_overhead_s", "prefix_caching": "enable_prefix_caching",
+               "kv_host_bytes": "kv_host_bytes", "cache_chunk_size": "cache_chunk_size",
+               "prefetch_depth": "prefetch_depth"}
+
+
+def _size(text: str) -> int:
+    from mindmotor.engine.host_memory import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_spec(args: argparse.Namespace):

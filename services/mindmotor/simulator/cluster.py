@@ -44,6 +44,9 @@ class ClusterSpec:
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = False  # the traces carry lengths, not contents
     frontend_overhead_s: float = 0.0129  # serving path per request (measured; see above)
+    kv_host_bytes: int = 0               # per instance: the KV host tier (engine/kv_tier.py); 0: none
+    cache_chunk_size: int = 256 * 2**20  # its chunks (emulated bytes)
+    prefetch_depth: int = 2              # its chunk copies in flight at once
 
     def __post_init__(self) -> None:
         if self.mixed < 0 or self.prefill < 0 or self.decode < 0:
@@ -58,6 +61,8 @@ class ClusterSpec:
             raise ValueError(f"unknown routing policy {self.routing!r}; valid: {', '.join(ROUTING_POLICIES)}")
         if self.frontend_overhead_s < 0:
             raise ValueError(f"frontend_overhead_s must not be negative, got {self.frontend_overhead_s}")
+        if self.kv_host_bytes < 0 or self.cache_chunk_size < 1 or self.prefetch_depth < 1:
+            raise ValueError("kv_host_bytes must be >= 0, cache_chunk_size and prefetch_depth >= 1")
         if self.tp < 1 or self.cards_per_node < self.tp:
             raise ValueError(f"tp must be in [1, cards_per_node={self.cards_per_node}], got {self.tp}")
 

@@ -37,6 +37,9 @@ class SimRequest:
     handoff: bool = False               # prefilled on a prefill instance, decoded elsewhere
     prefill_instance: int | None = None
     seq: Sequence | None = field(default=None, repr=False)   # the engine's, where it is now
+    session: str = ""                   # multi-turn trace: its conversation
+    previous: "SimRequest | None" = field(default=None, repr=False)  # its session's previous turn
+    _ids: list[int] | None = field(default=None, repr=False)
 
     @property
     def request_id(self) -> str:
@@ -44,8 +47,19 @@ class SimRequest:
 
     def prompt_token_ids(self, vocab_size: int) -> list[int]:
         """The trace carries lengths only: one token id per request, repeated (distinct requests
-        share no prefix)."""
-        return [2 + self.index % (vocab_size - 2)] * self.prompt_tokens
+        share no prefix) — after its session's previous prompt and answer (the cost-only runner's
+        placeholder tokens), when it has a previous turn that fits in its prompt."""
+        if self._ids is not None:
+            return self._ids
+        own = 2 + self.index % (vocab_size - 2)
+        ids = [own] * self.prompt_tokens
+        if self.previous is not None:
+            context = self.previous.prompt_token_ids(vocab_size) + [PLACEHOLDER_TOKEN] * self.previous.output_tokens
+            if len(context) < self.prompt_tokens:
+                ids = context + [own] * (self.prompt_tokens - len(context))
+        if self.session:
+            self._ids = ids                   # its session's next turn extends it
+        return ids
 
     def params(self) -> SamplingParams:
         return SamplingParams(max_tokens=self.output_tokens, ignore_eos=True)
@@ -66,7 +80,8 @@ def engine_config(spec, num_blocks: int | None = None) -> EngineConfig:
         memory_fraction=spec.memory_fraction, block_size=spec.block_size, num_blocks=num_blocks,
         max_num_seqs=spec.max_num_seqs, max_num_batched_tokens=spec.max_num_batched_tokens,
         max_model_len=spec.max_model_len, enable_prefix_caching=spec.enable_prefix_caching,
-        enable_chunked_prefill=spec.enable_chunked_prefill, kv_pin_ttl_s=PIN_TTL_S)
+        enable_chunked_prefill=spec.enable_chunked_prefill, kv_pin_ttl_s=PIN_TTL_S,
+        kv_host_bytes=spec.kv_host_bytes, cache_chunk_size=spec.cache_chunk_size, prefetch_depth=spec.prefetch_depth)
 
 
 class SimInstance:

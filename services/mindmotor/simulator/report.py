@@ -45,7 +45,9 @@ def summarize(result: SimulationResult, slo: SLO = SLO()) -> dict:
     instances = [{"instance": x.index, "role": x.role, "utilization": x.busy_s / span if span else 0.0,
                   "kv_usage_mean": x.kv_usage_time / x.busy_s if x.busy_s else 0.0,
                   "kv_usage_peak": x.kv_usage_peak, "kv_blocks": x.kv_plan.num_blocks,
-                  "steps": x.steps, "preemptions": x.scheduler.num_preemptions}
+                  "steps": x.steps, "preemptions": x.scheduler.num_preemptions,
+                  "prefix_queries": x.block_manager.prefix_queries, "prefix_hits": x.block_manager.prefix_hits,
+                  "kv_tier_hits": x.engine.kv_tier.stats.hits if x.engine.kv_tier is not None else 0}
                  for x in result.instances]
     return {
         "cluster": {"instances": result.spec.instances, "cards": result.spec.cards,
@@ -65,7 +67,15 @@ def summarize(result: SimulationResult, slo: SLO = SLO()) -> dict:
         "kv_usage_mean": float(np.mean([i["kv_usage_mean"] for i in instances])),
         "kv_usage_peak": float(max(i["kv_usage_peak"] for i in instances)),
         "preemptions": int(sum(i["preemptions"] for i in instances)),
+        # of the prompt tokens looked up at admission: hit in HBM's prefix cache, loaded from the host tier
+        "prefix_hit_rate": _share(sum(i["prefix_hits"] for i in instances), instances),
+        "kv_tier_hit_rate": _share(sum(i["kv_tier_hits"] for i in instances), instances),
         "handoffs": result.handoffs,
         "kv_transfer_s_total": result.kv_transfer_s,
         "instances": instances,
     }
+
+
+def _share(tokens: int, instances: list[dict]) -> float:
+    queries = sum(i["prefix_queries"] for i in instances)
+    return tokens / queries if queries else 0.0

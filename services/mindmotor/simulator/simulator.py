@@ -33,7 +33,7 @@ from mindmotor.simulator.dynamic_roles import DynamicRoles
 from mindmotor.simulator.instance import SimInstance, SimRequest, engine_config
 from mindmotor.simulator.trace import TraceRequest
 
-ARRIVAL, STEP_END, KV_ARRIVE = 0, 1, 2
+ARRIVAL, STEP_END, KV_ARRIVE, TIER_READY = 0, 1, 2, 3
 
 
 @dataclass
@@ -108,11 +108,16 @@ def simulate(spec: ClusterSpec, trace: list[TraceRequest], num_blocks: int | Non
         roles.attach(cluster)
     limit = cluster.max_model_len
     requests, clipped = [], 0
+    last_turn: dict[str, SimRequest] = {}
     for i, t in enumerate(trace):
         prompt = min(t.prompt_tokens, limit - 1)
         output = min(t.output_tokens, limit - prompt)
         clipped += (prompt, output) != (t.prompt_tokens, t.output_tokens)
-        requests.append(SimRequest(i, t.arrival_s, prompt, output))
+        req = SimRequest(i, t.arrival_s, prompt, output, session=t.session)
+        if t.session:                             # its prompt begins with the session's last turn
+            req.previous = last_turn.get(t.session)
+            last_turn[t.session] = req
+        requests.append(req)
     events: list = []
     counter = itertools.count()
     for req in requests:          # reaches its instance after the serving path's overhead
@@ -136,7 +141,10 @@ def simulate(spec: ClusterSpec, trace: list[TraceRequest], num_blocks: int | Non
                     min(load.num_tokens, kv.num_blocks * spec.block_size), link)
                 stats["kv_transfer_s"] += seconds
             heapq.heappush(events, (now + seconds, next(counter), KV_ARRIVE, inst, (load, kv)))
-        if result is None:                        # waiting for blocks another holder frees
+        if result is None:                        # waiting for blocks another holder frees,
+            ready = inst.engine.next_kv_ready_at()   # or for a host-tier load to end
+            if ready is not None and ready > now:
+                heapq.heappush(events, (ready, next(counter), TIER_READY, inst, None))
             return
         seconds, produced = result
         stepping[inst.index] = True
@@ -183,6 +191,8 @@ def simulate(spec: ClusterSpec, trace: list[TraceRequest], num_blocks: int | Non
                 dec.add_continuation(req, inst)
                 kick(dec)
             kick(inst)
+        elif kind == TIER_READY:                   # a host-tier load ended: its request can run
+            kick(a)
         else:                                      # KV_ARRIVE
             dec, (load, kv) = a, b
             prefill = cluster.instances[dec.requests[load.request_id].prefill_instance]

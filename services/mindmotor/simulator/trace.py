@@ -2,12 +2,15 @@
 
 Columns: the Azure LLM inference trace's `arrived_at, num_prefill_tokens, num_decode_tokens`
 (shipped in the package: `mindmotor.common.bundled_data.AZURE_TRACE`) or `arrival_s, prompt_tokens, output_tokens`.
+An optional `session` column names multi-turn conversations: a request's prompt then begins with its
+session's previous prompt and answer (`prompt_tokens` counts them; what it adds is new), so that the
+prefix cache and the KV host tier see the reuse a chat trace has.
 """
 
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from mindmotor.common.bundled_data import AZURE_TRACE
@@ -22,6 +25,7 @@ class TraceRequest:
     arrival_s: float
     prompt_tokens: int
     output_tokens: int
+    session: str = ""                   # multi-turn: the previous turn of this session is its prefix
 
 
 def load_trace(path: str | Path = DEFAULT_TRACE, *, duration_s: float | None = None,
@@ -44,7 +48,8 @@ def load_trace(path: str | Path = DEFAULT_TRACE, *, duration_s: float | None = N
         rows = []
         for i, row in enumerate(reader, start=2):
             try:
-                req = TraceRequest(float(row[a]), int(float(row[p])), int(float(row[o])))
+                req = TraceRequest(float(row[a]), int(float(row[p])), int(float(row[o])),
+                                   (row.get("session") or "").strip())
             except (TypeError, ValueError):
                 raise ValueError(f"{path}:{i}: not a number in {dict(row)}") from None
             if req.prompt_tokens < 1 or req.output_tokens < 1 or req.arrival_s < 0:
@@ -56,12 +61,12 @@ def load_trace(path: str | Path = DEFAULT_TRACE, *, duration_s: float | None = N
     if not rows:
         raise ValueError(f"{path}: no requests in the chosen slice")
     base = rows[0].arrival_s if start_s == 0.0 else start_s
-    rows = [TraceRequest(r.arrival_s - base, r.prompt_tokens, r.output_tokens) for r in rows]
+    rows = [replace(r, arrival_s=r.arrival_s - base) for r in rows]
     if rate is not None:
         if rate <= 0:
             raise ValueError(f"rate must be positive, got {rate}")
         span = rows[-1].arrival_s
         if len(rows) > 1 and span > 0:
             scale = (len(rows) - 1) / rate / span
-            rows = [TraceRequest(r.arrival_s * scale, r.prompt_tokens, r.output_tokens) for r in rows]
+            rows = [replace(r, arrival_s=r.arrival_s * scale) for r in rows]
     return rows

@@ -112,6 +112,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="host memory for KV arrays, e.g. 2GiB, 512MiB or 25%% (of the machine's); past it "
              "cached prefix blocks are evicted; it must hold one --max-model-len sequence "
              "(default: 10%% of the machine's memory)")
+    add(eng, "--kv-host-bytes", type=_size, metavar="SIZE", setting="engine.kv_host_bytes",
+        help="the KV host tier: prefix-cache blocks evicted from the emulated card's HBM are kept "
+             "in this much host memory and loaded back over the host link instead of recomputed, "
+             "e.g. 8GiB or 5%% (of the machine's); 0: no tier (default: 5%% of the machine's memory)")
+    add(eng, "--cache-chunk-size", type=_size, metavar="SIZE", setting="engine.cache_chunk_size",
+        help="KV per host-tier chunk, the unit of its copies and LRU eviction, in the emulated "
+             "card's bytes (default: 256MiB)")
+    add(eng, "--prefetch-depth", type=_positive, metavar="N", setting="engine.prefetch_depth",
+        help="host-tier chunk copies in flight at once (default: %(default)s)")
+    add(eng, "--kv-shared", action="store_true",
+        help="share the KV host tier's blocks with the model's other workers through Redis "
+             "($MINDMOTOR_REDIS_URL or --redis-url-file), so a conversation that lands elsewhere "
+             "still finds its prefix (default: off)")
+    add(eng, "--kv-shared-ttl", type=float, metavar="S", setting="kv_shared_ttl_s",
+        help="seconds a shared block lives in Redis (default: %(default)s)")
+    add(eng, "--redis-url-file", metavar="FILE",
+        help="a file holding the shared KV tier's Redis URL (also: $MINDMOTOR_REDIS_URL)")
     add(eng, "--no-prefix-caching", action="store_true", setting="engine.enable_prefix_caching",
         convert=lambda given: not given, help="disable prefix caching")
     add(eng, "--no-chunked-prefill", action="store_true", setting="engine.enable_chunked_prefill",
@@ -142,8 +159,18 @@ def _attention(text: str) -> int | str:
     return value
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def _size(text: str) -> int:
-    """`--kv-host-budget`: a size in bytes ("2GiB", "25%", ...)."""
+    """`--kv-host-budget`, `--kv-host-bytes`, `--cache-chunk-size`: a size in bytes ("2GiB", "25%", ...)."""
     from mindmotor.engine.host_memory import parse_size
 
     try:

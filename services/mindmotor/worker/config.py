@@ -8,6 +8,7 @@ flags, `MINDMOTOR_*` environment variables and a YAML file (common/settings.py).
       model: /ckpt/qwen2-7b      # the worker's defaults; environment: MINDMOTOR_ENGINE__MAX_NUM_SEQS=64
       max_num_seqs: 64
       kv_host_budget_bytes: 2GiB
+      kv_host_bytes: 8GiB        # the KV host tier (0: none); sizes as text
 
 The engine's settings stay `EngineConfig`, the frozen dataclass the offline `LLM` takes too: the
 worker validates a mapping into one, with its own defaults where they differ from the library's
@@ -18,9 +19,9 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from mindmotor.common.exposure import DEFAULT_HOST
 from mindmotor.common.roles import Role
@@ -31,7 +32,8 @@ READY_PREFIX = "MINDMOTOR_WORKER_READY"
 Port = Field(ge=0, le=65535)
 # Where `mindmotor worker` differs from the library's defaults: it serves in real time, and bounds a
 # step's prefill attention by the served model's host cost (engine/step_budget.py).
-ENGINE_DEFAULTS = EngineConfig(timing="realtime", max_num_batched_attention=None)
+# And it keeps a KV host tier (engine/kv_tier.py) of 5% of the machine's memory.
+ENGINE_DEFAULTS = EngineConfig(timing="realtime", max_num_batched_attention=None, kv_host_bytes=None)
 
 
 def default_worker_id() -> str:
@@ -39,6 +41,8 @@ def default_worker_id() -> str:
 
 
 class WorkerConfig(ServiceSettings):
+    secrets: ClassVar[dict[str, str]] = {"redis_url": "Redis URL"}   # redis_url_file holds it, if given
+
     engine: EngineConfig = ENGINE_DEFAULTS
     host: str = DEFAULT_HOST
     port: Annotated[int, Port] = 50051               # gRPC; 0: pick a free port (see the ready line)
@@ -66,6 +70,18 @@ class WorkerConfig(ServiceSettings):
     spec_timeout_s: float = Field(3.0, gt=0)         # one spec's compile in a helper; longer: INVALID_ARGUMENT
                                                      # (below the coordinator's stream progress deadline)
     log_level: str = "INFO"
+    kv_shared: bool = False                          # share host-tier KV blocks through Redis (worker/kv_shared.py)
+    kv_shared_ttl_s: float = Field(600.0, gt=0)      # a shared block's lifetime in Redis
+    redis_url: str | None = None                     # the shared tier's Redis ($MINDMOTOR_REDIS_URL) ...
+    redis_url_file: str | None = None                # ... or a file holding that URL
+
+    @model_validator(mode="after")
+    def _shared_tier(self) -> "WorkerConfig":
+        if self.kv_shared and not self.redis_url:
+            raise ValueError("kv_shared needs a Redis: set $MINDMOTOR_REDIS_URL or --redis-url-file")
+        if self.kv_shared and (self.engine.kv_host_bytes == 0 or not self.engine.enable_prefix_caching):
+            raise ValueError("kv_shared shares the KV host tier: it needs --kv-host-bytes above 0 and prefix caching")
+        return self
 
     @field_validator("engine", mode="before")
     @classmethod
@@ -74,11 +90,12 @@ class WorkerConfig(ServiceSettings):
         if not isinstance(value, dict):
             return value
         value = dict(value)
-        budget = value.get("kv_host_budget_bytes")
-        if isinstance(budget, str) and not budget.strip().isdigit():
-            from mindmotor.engine.host_memory import parse_size
+        for key in ("kv_host_budget_bytes", "kv_host_bytes", "cache_chunk_size"):
+            size = value.get(key)
+            if isinstance(size, str) and not size.strip().isdigit():
+                from mindmotor.engine.host_memory import parse_size
 
-            value["kv_host_budget_bytes"] = parse_size(budget)
+                value[key] = parse_size(size)
         if value.get("max_num_batched_attention") == "auto":
             value["max_num_batched_attention"] = None
         return value

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from mindmotor.common import vllm_metrics as V
@@ -85,6 +85,7 @@ class EngineCollector(Collector):
                        stats.emulated_time_s)
         yield _counter("mindmotor_host_lag_seconds", "Host time beyond the emulated time (host-bound steps)",
                        stats.lag_time_s)
+        yield from _tier_metrics(stats)
         yield from _npu_gauges(self.engine.device_snapshot())
         yield from self._vllm(stats)
 
@@ -98,6 +99,10 @@ class EngineCollector(Collector):
                 (V.PREFIX_CACHE_QUERIES, "Prefix-cache queries, in tokens", getattr(stats, "prefix_queries", 0),
                  CounterMetricFamily),
                 (V.PREFIX_CACHE_HITS, "Prefix-cache hits, in tokens", getattr(stats, "prefix_hits", 0),
+                 CounterMetricFamily),
+                (V.EXTERNAL_PREFIX_CACHE_QUERIES, "KV host tier queries, in tokens (after the HBM prefix "
+                 "cache's hits)", getattr(stats, "kv_tier_queries", 0), CounterMetricFamily),
+                (V.EXTERNAL_PREFIX_CACHE_HITS, "KV host tier hits, in tokens", getattr(stats, "kv_tier_hits", 0),
                  CounterMetricFamily),
                 (V.NUM_PREEMPTIONS, "Cumulative number of preemptions", stats.num_preemptions, CounterMetricFamily),
                 (V.PROMPT_TOKENS, "Prefill tokens processed", stats.prompt_tokens, CounterMetricFamily),
@@ -113,6 +118,41 @@ def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
 
 def _counter(name: str, documentation: str, value: float) -> CounterMetricFamily:
     return CounterMetricFamily(name, documentation, value=value)
+
+
+def _tier_metrics(stats):
+    """The KV host tier (engine/kv_tier.py): usage, traffic, loads and their emulated duration."""
+    from mindmotor.engine.kv_tier import LOAD_TIME_BUCKETS
+
+    yield _gauge("mindmotor_kv_tier_bytes", "Host memory the KV host tier holds", stats.kv_tier_bytes)
+    yield _gauge("mindmotor_kv_tier_budget_bytes", "The KV host tier's budget (--kv-host-bytes)",
+                 stats.kv_tier_budget_bytes)
+    yield _gauge("mindmotor_kv_tier_usage_ratio", "KV host tier bytes over its budget",
+                 stats.kv_tier_bytes / stats.kv_tier_budget_bytes if stats.kv_tier_budget_bytes else 0.0)
+    yield _gauge("mindmotor_kv_tier_blocks", "KV blocks in the host tier", stats.kv_tier_blocks)
+    yield _gauge("mindmotor_kv_tier_loading_requests", "Requests waiting for their prefix from the host tier",
+                 stats.kv_tier_loading)
+    yield _counter("mindmotor_kv_tier_queries", "Tokens looked up in the host tier", stats.kv_tier_queries)
+    yield _counter("mindmotor_kv_tier_hits", "Tokens loaded from the host tier", stats.kv_tier_hits)
+    yield _counter("mindmotor_kv_tier_stored_bytes", "Emulated KV bytes copied card to host",
+                   stats.kv_tier_bytes_stored)
+    yield _counter("mindmotor_kv_tier_loaded_bytes", "Emulated KV bytes copied host to card",
+                   stats.kv_tier_bytes_loaded)
+    loads = CounterMetricFamily("mindmotor_kv_tier_loads", "Host-tier loads by outcome", labels=["outcome"])
+    loads.add_metric(["partial"], stats.kv_tier_loads_partial)
+    loads.add_metric(["failed"], stats.kv_tier_loads_failed)
+    loads.add_metric(["whole"], max(0, stats.kv_tier_loads - stats.kv_tier_loads_partial
+                                    - stats.kv_tier_loads_failed))
+    yield loads
+    hist = HistogramMetricFamily("mindmotor_kv_tier_load_seconds", "Emulated host-link time of host-tier loads")
+    counts = stats.kv_tier_load_buckets or (0,) * len(LOAD_TIME_BUCKETS)
+    cumulative, buckets = 0, []
+    for bound, n in zip(LOAD_TIME_BUCKETS, counts):
+        cumulative += n
+        buckets.append((repr(bound), cumulative))
+    buckets.append(("+Inf", stats.kv_tier_loads))
+    hist.add_metric([], buckets, sum_value=stats.kv_tier_load_s_sum)
+    yield hist
 
 
 def _npu_gauges(snapshot: dict):
@@ -147,6 +187,10 @@ class WorkerMetrics:
                                          registry=self.registry)
         self.kv_transfers = Counter("mindmotor_kv_transfers", "Remote-prefilled requests by outcome "
                                     "(pulled, or fallback: prefilled here)", ["outcome"], registry=self.registry)
+        self.kv_shared_blocks = Counter("mindmotor_kv_shared_blocks", "KV blocks through the shared tier's "
+                                        "Redis (published, fetched)", ["direction"], registry=self.registry)
+        self.kv_shared_errors = Counter("mindmotor_kv_shared_errors", "Failed calls to the shared tier's Redis "
+                                        "(Redis is then left alone for a while)", registry=self.registry)
         self.role_switches = Counter("mindmotor_role_switches", "Role changes (SetRole)", ["role"],
                                      registry=self.registry)
         self.refused = Counter("mindmotor_requests_refused", "Generate and Prefill calls refused before the "

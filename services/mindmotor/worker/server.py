@@ -50,6 +50,12 @@ async def serve(config: WorkerConfig) -> int:
                             stream_keepalive_s=config.stream_keepalive_s,
                             recall=OutputRecall(config.resume_retention_s))
     metrics.collector.role = lambda: service.role
+    shared = None
+    if config.kv_shared:
+        from .kv_shared import SharedKVTier
+
+        shared = SharedKVTier(engine, config.redis_url, ttl_s=config.kv_shared_ttl_s, metrics=metrics)
+        shared.start()
     health = HealthServicer()
     server, port = rpc.make_server(config.host, config.port, rpc.WORKER_POLICY, registry=metrics.registry,
                                    options=server_options(config.max_concurrent_requests))
@@ -81,6 +87,8 @@ async def serve(config: WorkerConfig) -> int:
         await agent.stop()
     await server.stop(STOP_GRACE_S)
     await service.kv.close()
+    if shared is not None:
+        await shared.close()
     await specs.pool.close()
     metrics_http.shutdown()
     engine.shutdown()
