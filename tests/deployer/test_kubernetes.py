@@ -24,7 +24,7 @@ from mindmotor.deployer.store import DeploymentStore
 from mindmotor.worker.cli import config_from_args
 
 from .doubles import Clock, ControllerView
-from .fake_kube import InMemoryKubeAPI, check_object
+from fake_kube import InMemoryKubeAPI, check_object
 
 NS = "serving"
 
