@@ -109,6 +109,7 @@ class FakeKubeServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
+        self._watches: set[asyncio.Task] = set()
         self.port = 0
         for crd in crds:
             self._store("customresourcedefinitions", "", copy.deepcopy(crd), "ADDED")
@@ -144,9 +145,17 @@ class FakeKubeServer:
         self.port = site._server.sockets[0].getsockname()[1]
 
     def stop(self) -> None:
+        """End every watch stream, close the server, stop its thread."""
         if self._loop is None:
             return
-        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
+
+        async def close():
+            for task in list(self._watches):
+                task.cancel()
+            await asyncio.gather(*self._watches, return_exceptions=True)
+            await self._runner.cleanup()
+
+        asyncio.run_coroutine_threadsafe(close(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
         self._loop.close()
@@ -362,6 +371,8 @@ class FakeKubeServer:
         response.enable_chunked_encoding()
         await response.prepare(request)
         deadline = asyncio.get_running_loop().time() + timeout_s
+        task = asyncio.current_task()
+        self._watches.add(task)
         try:
             while True:
                 latest = self.history[-1][0] if self.history else 0
@@ -382,8 +393,10 @@ class FakeKubeServer:
                         await asyncio.wait_for(self._changed.wait(), timeout=left)
                     except asyncio.TimeoutError:
                         pass
-        except ConnectionResetError:
+        except (ConnectionResetError, asyncio.CancelledError):
             pass
+        finally:
+            self._watches.discard(task)
         return response
 
 

@@ -33,6 +33,8 @@ def settings() -> kopf.OperatorSettings:
     config.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP,
                                                                            key="last-handled-configuration")
     config.posting.level = logging.WARNING
+    config.execution.default_backoff = 5          # a handler that raised runs again after 5 s (kopf: 60)
+    config.scanning.disabled = True               # no watch on CRDs and namespaces: only the ones given
     config.watching.server_timeout = 300          # the API server ends a watch after this; kopf opens the next
     return config
 

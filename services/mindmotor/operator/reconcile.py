@@ -88,7 +88,7 @@ class ServiceReconciler:
             spec.deployment_spec(name, canary_ready=False)          # the Deployer's own checks
         except ResourceError as exc:
             message = " ".join(str(exc).split())
-            log.warning("invalid InferenceService", extra={"namespace": namespace, "name": name, "error": message})
+            log.warning("invalid InferenceService", extra={"namespace": namespace, "service": name, "error": message})
             conditions = set_condition(conditions, ServiceCondition.READY, False, ServiceReason.INVALID_SPEC,
                                        message, generation, now)
             return {"observedGeneration": generation, "conditions": conditions}
@@ -113,10 +113,10 @@ class ServiceReconciler:
             if leftovers and serving_ready:
                 for version in leftovers:
                     await backend.remove(name, version)
-                    log.info("removed a version", extra={"namespace": namespace, "name": name, "version": version})
+                    log.info("removed a version", extra={"namespace": namespace, "service": name, "version": version})
                 slots, ready = _counts([r for r in await backend.observe() if r.deployment == name])
         except KubeAPIError as exc:
-            log.warning("applying failed", extra={"namespace": namespace, "name": name, "error": str(exc)})
+            log.warning("applying failed", extra={"namespace": namespace, "service": name, "error": str(exc)})
             conditions = set_condition(conditions, ServiceCondition.READY, False, ServiceReason.APPLY_FAILED,
                                        str(exc), generation, now)
             return {"conditions": conditions}
@@ -154,7 +154,7 @@ class ServiceReconciler:
             message = (f"{previous} was promoted: it takes all the traffic" if promoted else
                        f"canary {previous} was rolled back: {spec.version} takes all the traffic")
             log.info("canary " + ("promoted" if promoted else "rolled back"),
-                     extra={"name": name, "version": previous, "serving": spec.version})
+                     extra={"service": name, "version": previous, "serving": spec.version})
             conditions = set_condition(conditions, ServiceCondition.CANARY, False, reason, message, generation, now)
         elif condition({"conditions": conditions}, ServiceCondition.CANARY) is None:
             conditions = set_condition(conditions, ServiceCondition.CANARY, False, ServiceReason.NO_CANARY,
@@ -179,7 +179,7 @@ class ServiceReconciler:
             for version in sorted({r.version for r in await backend.observe() if r.deployment == name}):
                 await backend.remove(name, version)
             await self.traffic.clear(name)
-            log.info("InferenceService deleted", extra={"namespace": namespace, "name": name})
+            log.info("InferenceService deleted", extra={"namespace": namespace, "service": name})
         self._locks.pop((namespace, name), None)
 
 
