@@ -16,11 +16,12 @@ import pytest
 
 from fake_kube_server import FakeKubeServer
 from mindmotor.common import rpc
+from mindmotor.common.ports import free_port
 from mindmotor.common.waiting import wait_until
 from mindmotor.operator.cli import READY_PREFIX
 from mindmotor.protocol import controller_pb2, controller_pb2_grpc
 from mindmotor.runtime.child_process import ChildProcess
-from service_processes import FAST_CONTROLLER, start_controller
+from service_processes import FAST_CONTROLLER, ControllerProcess
 
 from .test_resource import CRD
 
@@ -101,13 +102,16 @@ def inference_service(name: str, replicas: int) -> dict:
 
 
 def test_the_operator_creates_scales_canaries_rolls_back_promotes_and_deletes(kube, tmp_path):
-    controller = start_controller(tmp_path / "controller.log", flags=FAST_CONTROLLER)
+    """Plus: an invalid spec is reported in its status, and nothing of it is applied."""
+    port = free_port()                                      # the two start at once: the port is known
+    controller = ControllerProcess(tmp_path / "controller.log", port=port, flags=FAST_CONTROLLER)
     operator = ChildProcess("operator", [
         "operator", "--namespace", NS, "--k8s-api-server", kube.url, "--image", "mindmotor:test",
-        "--worker-controller", controller.address, "--controller", controller.address,
+        "--worker-controller", f"127.0.0.1:{port}", "--controller", f"127.0.0.1:{port}",
         "--resync-interval", "0.2", "--log-level", "DEBUG"], READY_PREFIX, tmp_path / "operator.log")
     kubectl = Kubectl(kube)
     try:
+        controller.wait_ready()
         operator.wait_ready(30)
 
         # create: 2 replicas, one prefill and one decode Deployment
@@ -168,9 +172,19 @@ def test_the_operator_creates_scales_canaries_rolls_back_promotes_and_deletes(ku
         wait_until(lambda: kubectl.condition("demo", "Canary") == ("False", "Promoted"), WAIT_S)
         wait_until(lambda: controller_traffic(controller.address)["demo"] == ("demo-model", {"v3": 100.0}), WAIT_S)
 
+        # an invalid spec (the API server's CEL rules are not in the fake: the operator's own checks
+        # catch it) is reported in the status, and nothing is applied
+        kubectl.create(inference_service("bad", 1))           # prefill 1 + decode 1 > 1 replica
+        wait_until(lambda: (kubectl.condition("bad", "Ready") or ("",))[0] == "False", WAIT_S, what="a condition")
+        (ready,) = [c for c in kubectl.status("bad")["conditions"] if c["type"] == "Ready"]
+        assert ready["reason"] == "InvalidSpec" and "exceed replicas" in ready["message"], ready
+        assert not [name for name in kubectl.deployments() if name.startswith("bad-")]
+
         # delete: the finalizer holds the object until every version and the traffic entry are gone
         kubectl.delete("demo")
-        wait_until(lambda: kubectl.get("demo") is None, WAIT_S, what="the InferenceService gone")
+        kubectl.delete("bad")
+        wait_until(lambda: kubectl.get("demo") is None and kubectl.get("bad") is None, WAIT_S,
+                   what="the InferenceServices gone")
         assert kubectl.deployments() == {} and kubectl.services() == set()
         wait_until(lambda: "demo" not in controller_traffic(controller.address), WAIT_S, what="the traffic entry gone")
     except (AssertionError, TimeoutError, grpc.RpcError):
@@ -182,22 +196,3 @@ def test_the_operator_creates_scales_canaries_rolls_back_promotes_and_deletes(ku
         controller.kill()
     assert operator.proc.returncode == 0, operator.log_tail(20)
 
-
-def test_an_invalid_spec_is_reported_in_the_status_and_nothing_is_applied(kube, tmp_path):
-    """The API server's CEL rules are not in the fake: the operator's own checks catch the spec."""
-    operator = ChildProcess("operator", ["operator", "--namespace", NS, "--k8s-api-server", kube.url,
-                                         "--resync-interval", "0.2"], READY_PREFIX, tmp_path / "operator.log")
-    kubectl = Kubectl(kube)
-    try:
-        operator.wait_ready(30)
-        body = inference_service("bad", 1)                   # prefill 1 + decode 1 > 1 replica
-        kubectl.create(body)
-        wait_until(lambda: (kubectl.condition("bad", "Ready") or ("",))[0] == "False", WAIT_S, what="a condition")
-        condition = [c for c in kubectl.status("bad")["conditions"] if c["type"] == "Ready"][0]
-        assert condition["reason"] == "InvalidSpec" and "exceed replicas" in condition["message"]
-        assert kubectl.deployments() == {}
-        kubectl.delete("bad")
-        wait_until(lambda: kubectl.get("bad") is None, WAIT_S, what="deleted")
-    finally:
-        kubectl.http.close()
-        operator.stop(timeout_s=10)

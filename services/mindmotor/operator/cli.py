@@ -128,7 +128,6 @@ async def _serve(args: argparse.Namespace, connection, token: str | None, namesp
         where = ",".join(namespaces) or "*"
         print(f"{READY_PREFIX} namespaces={where}", file=sys.stdout, flush=True)
 
-    await traffic.start()
     announcer = asyncio.create_task(announce())
     try:
         await kopf.operator(registry=handlers.registry(reconciler, connection, args.resync_interval),
@@ -136,5 +135,4 @@ async def _serve(args: argparse.Namespace, connection, token: str | None, namesp
                             namespaces=namespaces, ready_flag=ready)
     finally:
         announcer.cancel()
-        await traffic.stop()
         await api.close()

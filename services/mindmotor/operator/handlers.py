@@ -5,6 +5,7 @@ operator in one process does not share kopf's global one):
   once, its status written with the handler's patch;
 - a timer every `resync_s` per object: the same pass (readiness and the routing table change
   without any event on the InferenceService: level-triggered, like the Deployer's loop);
+- startup / cleanup: the traffic link to the controller starts and stops;
 - delete: the finalizer's handler (`serving.mindmotor.io/operator`): every version and the traffic
   entry are removed before Kubernetes lets the object go.
 
@@ -45,6 +46,15 @@ def registry(reconciler: ServiceReconciler, connection: Connection, resync_s: fl
     @kopf.on.login(registry=registry)
     def login(**_):
         return connection.kopf_login()
+
+    # the controller link's tasks live inside kopf's run: kopf waits for strangers' tasks at exit
+    @kopf.on.startup(registry=registry)
+    async def start_traffic(**_):
+        await reconciler.traffic.start()
+
+    @kopf.on.cleanup(registry=registry)
+    async def stop_traffic(**_):
+        await reconciler.traffic.stop()
 
     @kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry)
     @kopf.on.create(GROUP, VERSION, PLURAL, registry=registry)
