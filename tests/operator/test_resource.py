@@ -130,3 +130,13 @@ def test_what_only_the_operator_can_check_is_refused_in_one_line_per_problem():
     rules = [r["rule"] for r in SCHEMA["properties"]["spec"]["x-kubernetes-validations"]]
     assert any("canary.version != self.version" in r for r in rules)
     assert any("self.roles.prefill" in r and "<= self.replicas" in r for r in rules)
+
+
+def test_the_operator_deployment_runs_a_command_the_real_parser_accepts():
+    from mindmotor.cli import build_parser
+
+    (deployment,) = [d for d in docs("operator.yaml") if d["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    args = build_parser().parse_args(container["args"])
+    assert (args.command, args.namespace, args.controller) == ("operator", ["mindmotor"], "mindmotor-controller:50050")
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "mindmotor-operator"
