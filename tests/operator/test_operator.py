@@ -23,7 +23,7 @@ from mindmotor.protocol import controller_pb2, controller_pb2_grpc
 from mindmotor.runtime.child_process import ChildProcess
 from service_processes import FAST_CONTROLLER, ControllerProcess
 
-from .test_resource import CRD
+from .test_resource import CRD, docs
 
 NS = "serving"
 IS_PATH = f"/apis/serving.mindmotor.io/v1/namespaces/{NS}/inferenceservices"
@@ -50,10 +50,44 @@ def controller_traffic(address: str) -> dict[str, tuple[str, dict[str, float]]]:
     return {t.deployment: (t.model, dict(t.weights)) for t in table.traffic}
 
 
+TEST_AGENT = "kubectl-in-the-test"
+
+
+def rbac_request(method: str, path: str, watch: bool) -> tuple[str, str, str, str]:
+    """(apiGroup, resource[/subresource], verb, namespace) of one API request, as RBAC sees it."""
+    parts = [p for p in path.split("/") if p]
+    group, rest = ("", parts[2:]) if parts[0] == "api" else (parts[1], parts[3:])
+    namespace = ""
+    if rest[:1] == ["namespaces"] and len(rest) >= 3:
+        namespace, rest = rest[1], rest[2:]
+    resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
+    verb = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}.get(method)
+    if verb is None:
+        verb = "watch" if watch else ("get" if len(rest) > 1 else "list")
+    return group, resource, verb, namespace
+
+
+def allowed_by_role(requests, role: dict) -> list[tuple]:
+    """The requests the Role's rules do not allow (discovery — /version, /api/v1, /apis/GROUP/VERSION —
+    aside: it is open to every authenticated client)."""
+    refused = []
+    for method, path, watch, _ in requests:
+        parts = path.strip("/").split("/")
+        if len(parts) <= {"version": 1, "api": 2, "apis": 3}.get(parts[0], 0):
+            continue
+        group, resource, verb, namespace = rbac_request(method, path, watch)
+        ok = namespace == role["metadata"]["namespace"] and any(
+            group in rule["apiGroups"] and resource in rule["resources"] and verb in rule["verbs"]
+            for rule in role["rules"])
+        if not ok:
+            refused.append((method, path, verb))
+    return refused
+
+
 class Kubectl:
     def __init__(self, server: FakeKubeServer):
         self.server = server
-        self.http = httpx.Client(base_url=server.url, timeout=5)
+        self.http = httpx.Client(base_url=server.url, timeout=5, headers={"User-Agent": TEST_AGENT})
 
     def checked(self, response: httpx.Response) -> dict:
         assert response.status_code < 400, response.text
@@ -187,6 +221,13 @@ def test_the_operator_creates_scales_canaries_rolls_back_promotes_and_deletes(ku
                    what="the InferenceServices gone")
         assert kubectl.deployments() == {} and kubectl.services() == set()
         wait_until(lambda: "demo" not in controller_traffic(controller.address), WAIT_S, what="the traffic entry gone")
+
+        # every call the operator made is one its Role in deploy/kubernetes/operator allows
+        role = [d for d in docs("operator.yaml") if d["kind"] == "Role"][0]
+        made = [r for r in kube.requests if r[3] != TEST_AGENT]
+        assert {r[3].split("/")[0] for r in made} >= {"kopf", "python-httpx"}        # both clients were seen
+        assert allowed_by_role([(m, p.replace(f"/namespaces/{NS}/", "/namespaces/mindmotor/"), w, a)
+                                for m, p, w, a in made], role) == []
     except (AssertionError, TimeoutError, grpc.RpcError):
         print(operator.log_tail(60))
         raise

@@ -103,7 +103,7 @@ class FakeKubeServer:
         self.kinds = [*BUILTIN, *(k for crd in crds for k in kinds_of_crd(crd))]
         self.objects: dict[tuple[str, str, str], dict] = {}       # (plural, namespace, name) -> object
         self.history: list[tuple[int, str, str, dict]] = []       # (rv, plural, type, object)
-        self.requests: list[tuple[str, str]] = []                 # (method, path)
+        self.requests: list[tuple[str, str, bool, str]] = []      # (method, path, watch, user agent)
         self._rv = itertools.count(1)
         self._changed: asyncio.Condition | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -187,7 +187,8 @@ class FakeKubeServer:
 
     # ---- HTTP -------------------------------------------------------------------------------
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        self.requests.append((request.method, request.path))
+        self.requests.append((request.method, request.path, request.query.get("watch") in ("true", "1"),
+                              request.headers.get("User-Agent", "")))
         try:
             return await self._route(request)
         except Refused as exc:
