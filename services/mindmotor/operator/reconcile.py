@@ -59,6 +59,7 @@ class ServiceReconciler:
         self.checkpoint_mount = checkpoint_mount
         self.clock = clock
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._deleted: set[str] = set()            # uids whose versions `delete` removed: never again
 
     def _lock(self, namespace: str, name: str) -> asyncio.Lock:
         return self._locks.setdefault((namespace, name), asyncio.Lock())
@@ -78,6 +79,8 @@ class ServiceReconciler:
                         status: dict[str, Any] | None) -> dict[str, Any]:
         """Bring what runs toward the spec; the new status."""
         async with self._lock(namespace, name):
+            if uid in self._deleted:               # a pass that waited for the lock while `delete` ran
+                return dict(status or {})
             return await self._reconcile(namespace, name, uid, generation, raw_spec, dict(status or {}))
 
     async def _reconcile(self, namespace, name, uid, generation, raw_spec, status) -> dict[str, Any]:
@@ -179,8 +182,8 @@ class ServiceReconciler:
             for version in sorted({r.version for r in await backend.observe() if r.deployment == name}):
                 await backend.remove(name, version)
             await self.traffic.clear(name)
+            self._deleted.add(uid)
             log.info("InferenceService deleted", extra={"namespace": namespace, "service": name})
-        self._locks.pop((namespace, name), None)
 
 
 def _counts(replicas: list[Replica]) -> tuple[Counter, Counter]:
