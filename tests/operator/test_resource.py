@@ -120,8 +120,8 @@ def test_what_only_the_operator_can_check_is_refused_in_one_line_per_problem():
     cases = [
         (with_spec(roles__prefill=3, roles__decode=2), "exceed replicas"),
         (with_spec(canary__version="v1"), "must differ"),
-        (with_spec(runtime__worker={"max-num-seqs": "many"}), "max-num-seqs|max_num_seqs"),
-        (with_spec(runtime__worker={"port": "1"}), "set by the deployer"),
+        (with_spec(runtime__worker={"max-num-seqs": "many"}), "runtime.worker: .*--max-num-seqs"),
+        (with_spec(runtime__worker={"port": "1"}), "runtime.worker: port: set by the deployer"),
     ]
     for doc, message in cases:
         with pytest.raises(ResourceError, match=message) as caught:
@@ -140,3 +140,8 @@ def test_the_operator_deployment_runs_a_command_the_real_parser_accepts():
     args = build_parser().parse_args(container["args"])
     assert (args.command, args.namespace, args.controller) == ("operator", ["mindmotor"], "mindmotor-controller:50050")
     assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "mindmotor-operator"
+
+
+def test_a_name_the_objects_cannot_carry_is_refused_naming_metadata_name():
+    with pytest.raises(ResourceError, match=r"^invalid InferenceService spec:\n  metadata\.name: must match"):
+        parse_resource(EXAMPLE["spec"]).deployment_spec("a-name-longer-than-24-characters", canary_ready=False)

@@ -132,10 +132,32 @@ class InferenceServiceSpec(_Strict):
             return parse_spec({"name": name, "model": self.model, "versions": versions, "traffic": traffic},
                               source="spec")
         except SpecError as exc:
-            raise ResourceError(str(exc).replace("versions[0].", "").replace("versions[1].", "canary.")) from None
+            raise ResourceError(_in_resource_terms(str(exc))) from None
 
     def version_names(self) -> list[str]:
         return [self.version] + ([self.canary.version] if self.canary else [])
+
+
+# A Deployer spec's field -> the InferenceService's (versions[0] is the serving version, [1] the canary)
+FIELDS = {"name": "metadata.name", "model": "model", "worker": "runtime.worker", "resources": "resources",
+          "checkpoint": "checkpoint", "replicas": "replicas", "prefill": "roles.prefill", "decode": "roles.decode"}
+
+
+def _in_resource_terms(message: str) -> str:
+    """The Deployer's `SpecError` lines with the InferenceService's field names, each problem once
+    (a runtime setting is refused for both versions)."""
+    lines: list[str] = []
+    for line in message.splitlines()[1:]:
+        where, _, problem = line.strip().partition(": ")
+        canary = where.startswith("versions[1].")
+        field = where.split("].", 1)[1] if where.startswith("versions[") else where
+        field = FIELDS.get(field, field)
+        if canary and field in ("checkpoint", "replicas"):
+            field = f"canary.{field}"
+        text = f"  {field}: {problem}"
+        if text not in lines:
+            lines.append(text)
+    return "invalid InferenceService spec:\n" + "\n".join(lines or [f"  {message}"])
 
 
 def parse_resource(spec: object) -> InferenceServiceSpec:
