@@ -141,6 +141,7 @@ class InferenceServiceSpec(_Strict):
 # A Deployer spec's field -> the InferenceService's (versions[0] is the serving version, [1] the canary)
 FIELDS = {"name": "metadata.name", "model": "model", "worker": "runtime.worker", "resources": "resources",
           "checkpoint": "checkpoint", "replicas": "replicas", "prefill": "roles.prefill", "decode": "roles.decode"}
+CANARY_OWN = frozenset({"checkpoint", "replicas"})       # fields a canary has of its own
 
 
 def _in_resource_terms(message: str) -> str:
@@ -152,7 +153,7 @@ def _in_resource_terms(message: str) -> str:
         canary = where.startswith("versions[1].")
         field = where.split("].", 1)[1] if where.startswith("versions[") else where
         field = FIELDS.get(field, field)
-        if canary and field in ("checkpoint", "replicas"):
+        if canary and field in CANARY_OWN:
             field = f"canary.{field}"
         text = f"  {field}: {problem}"
         if text not in lines:
