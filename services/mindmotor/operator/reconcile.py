@@ -184,6 +184,7 @@ class ServiceReconciler:
             await self.traffic.clear(name)
             self._deleted.add(uid)
             log.info("InferenceService deleted", extra={"namespace": namespace, "service": name})
+        self._locks.pop((namespace, name), None)     # a pass still waiting on it finds the uid deleted
 
 
 def _counts(replicas: list[Replica]) -> tuple[Counter, Counter]:
