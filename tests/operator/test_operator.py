@@ -4,7 +4,7 @@ suite runs (tests/support/fake_kube_server.py says what it does and does not do)
 controller, which receives the traffic weights. The test plays kubectl (create, scale, patch,
 delete: HTTP calls like kubectl's) and the kubelet (it sets a Deployment's `readyReplicas`).
 
-One InferenceService: created (2 replicas), scaled to 4, given a canary (no traffic until its
+One InferenceService: created (2 replicas), scaled to 4 (the scale subresource), given a canary (no traffic until its
 replica is ready, then 20%), rolled back, given another canary and promoted, deleted (the
 finalizer's handler removes every object and the controller's traffic entry first)."""
 
@@ -99,6 +99,11 @@ class Kubectl:
     def patch(self, name: str, spec: dict) -> dict:
         return self.checked(self.http.patch(f"{IS_PATH}/{name}", json={"spec": spec}, headers=MERGE))
 
+    def scale(self, name: str, replicas: int) -> dict:
+        """`kubectl scale inferenceservice NAME --replicas N`: a merge patch of the scale subresource."""
+        return self.checked(self.http.patch(f"{IS_PATH}/{name}/scale", json={"spec": {"replicas": replicas}},
+                                            headers=MERGE))
+
     def delete(self, name: str) -> None:
         self.checked(self.http.delete(f"{IS_PATH}/{name}"))
 
@@ -166,14 +171,17 @@ def test_the_operator_creates_scales_canaries_rolls_back_promotes_and_deletes(ku
         wait_until(lambda: controller_traffic(controller.address).get("demo") == ("demo-model", {"v1": 100.0}),
                    WAIT_S, what="the weights at the controller")
 
-        # scale to 4: the two new replicas are mixed
-        kubectl.patch("demo", {"replicas": 4})
+        # scale to 4 (`kubectl scale`): the two new replicas are mixed
+        assert kubectl.scale("demo", 4)["spec"]["replicas"] == 4
         wait_until(lambda: kubectl.deployments() == {"demo-v1-prefill": 1, "demo-v1-decode": 1, "demo-v1": 2},
                    WAIT_S, what="4 replicas")
         wait_until(lambda: kubectl.condition("demo", "Ready") == ("False", "ReplicasNotReady"), WAIT_S)
         kubectl.set_ready("demo-v1", 2)
         wait_until(lambda: kubectl.status("demo").get("readyReplicas") == 4
                    and kubectl.condition("demo", "Ready") == ("True", "AllReplicasReady"), WAIT_S, what="4 ready")
+        scale = kubectl.checked(kubectl.http.get(f"{IS_PATH}/demo/scale"))       # what an HPA reads
+        assert scale["status"] == {"replicas": 4, "selector": "app.kubernetes.io/managed-by=mindmotor-operator,"
+                                                              "mindmotor.io/deployment=demo,mindmotor.io/version=v1"}
 
         # canary: no traffic until its replica is ready, then 20%
         kubectl.patch("demo", {"canary": {"version": "v2", "replicas": 1, "traffic": 20}})

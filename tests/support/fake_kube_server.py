@@ -10,7 +10,8 @@ It serves, on 127.0.0.1 from a thread of its own (aiohttp):
   ended after `timeoutSeconds`), get, create (POST), delete, and PATCH as server-side apply
   (`application/apply-patch+yaml`: metadata's labels, annotations and ownerReferences and the
   spec replaced, status kept — what `InMemoryKubeAPI.apply` does), JSON merge patch and JSON
-  patch, on the object or its `status` subresource;
+  patch, on the object or its `status` subresource; a CRD's `scale` subresource (`kubectl scale`:
+  an autoscaling/v1 Scale read from and written to the CRD's replica paths, merge patch only);
 - `metadata.resourceVersion` (one counter), `uid`, `creationTimestamp`, `generation` (bumped when
   the spec changes), finalizers (a delete sets `deletionTimestamp`; the object goes when the last
   finalizer does);
@@ -52,6 +53,7 @@ class Kind:
     namespaced: bool = True
     schema: dict | None = None       # a CRD's openAPIV3Schema
     status_subresource: bool = False
+    scale: dict | None = None        # a CRD's scale subresource: specReplicasPath, statusReplicasPath, ...
 
     @property
     def api_version(self) -> str:
@@ -71,7 +73,8 @@ def kinds_of_crd(crd: dict) -> list[Kind]:
     spec = crd["spec"]
     return [Kind(spec["group"], v["name"], spec["names"]["plural"], spec["names"]["kind"],
                  namespaced=spec["scope"] == "Namespaced", schema=v["schema"]["openAPIV3Schema"],
-                 status_subresource="status" in (v.get("subresources") or {}))
+                 status_subresource="status" in (v.get("subresources") or {}),
+                 scale=(v.get("subresources") or {}).get("scale"))
             for v in spec["versions"] if v.get("served", True)]
 
 
@@ -218,6 +221,10 @@ class FakeKubeServer:
                 return web.json_response(self._list(kind, namespace, request.query.get("labelSelector", "")))
             if request.method == "POST":
                 return web.json_response(self._create(kind, namespace, await request.json()), status=201)
+        elif subresource == "scale" and kind.scale:
+            if request.method == "PATCH":
+                self._scale_patch(kind, namespace, name, request.content_type, await request.text())
+            return web.json_response(self._scale(kind, self._get(kind, namespace, name)))
         elif request.method == "GET":
             return web.json_response(self._get(kind, namespace, name))
         elif request.method == "PATCH":
@@ -251,6 +258,10 @@ class FakeKubeServer:
             if k.status_subresource:
                 resources.append({"name": f"{k.plural}/status", "singularName": "", "namespaced": k.namespaced,
                                   "kind": k.kind, "verbs": ["get", "patch", "update"]})
+            if k.scale:
+                resources.append({"name": f"{k.plural}/scale", "singularName": "", "namespaced": k.namespaced,
+                                  "group": "autoscaling", "version": "v1", "kind": "Scale",
+                                  "verbs": ["get", "patch", "update"]})
         return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": kinds[0].api_version,
                 "resources": resources}
 
@@ -350,6 +361,32 @@ class FakeKubeServer:
             self._store(kind.plural, namespace, new, "DELETED")
             return copy.deepcopy(new)
         return copy.deepcopy(self._store(kind.plural, namespace, new, "MODIFIED"))
+
+    # ---- the scale subresource (kubectl scale): an autoscaling/v1 Scale over the CRD's paths ----
+    def _scale(self, kind: Kind, obj: dict) -> dict:
+        def at(path: str):
+            node = obj
+            for key in path.strip(".").split("."):
+                node = (node or {}).get(key) if isinstance(node, dict) else None
+            return node
+
+        return {"apiVersion": "autoscaling/v1", "kind": "Scale",
+                "metadata": {k: obj["metadata"][k] for k in ("name", "namespace", "resourceVersion", "uid")},
+                "spec": {"replicas": at(kind.scale["specReplicasPath"]) or 0},
+                "status": {"replicas": at(kind.scale["statusReplicasPath"]) or 0,
+                           "selector": at(kind.scale.get("labelSelectorPath", "")) or ""}}
+
+    def _scale_patch(self, kind: Kind, namespace: str, name: str, content_type: str, body: str) -> None:
+        if content_type != "application/merge-patch+json":
+            raise Refused(415, "UnsupportedMediaType", f"scale: unsupported patch type {content_type}")
+        replicas = (json.loads(body).get("spec") or {}).get("replicas")
+        if not isinstance(replicas, int):
+            raise Refused(422, "Invalid", "scale: spec.replicas must be an integer")
+        *parents, leaf = kind.scale["specReplicasPath"].strip(".").split(".")
+        patch: dict = {leaf: replicas}
+        for key in reversed(parents):
+            patch = {key: patch}
+        self._patch(kind, namespace, name, None, "application/merge-patch+json", json.dumps(patch))
 
     def _delete(self, kind: Kind, namespace: str, name: str) -> dict:
         current = self.objects.get((kind.plural, namespace, name))
