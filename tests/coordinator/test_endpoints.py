@@ -68,7 +68,12 @@ def test_metrics_count_requests_and_latencies(http, model_name):
     http.post("/v1/completions", json={"model": model_name, "prompt": "count me", "max_tokens": 3,
                                        "ignore_eos": True})
     http.post("/v1/completions", json={"model": "nope", "prompt": "x"})
+    for i in range(3):                  # client-chosen paths do not mint series: routes label the counter
+        http.get(f"/v1/models/made-up-{i}")
+        http.get(f"/v1/no-such-endpoint-{i}")
     text = http.get("/metrics").text
+    assert "made-up" not in text and "no-such-endpoint" not in text
+    assert 'endpoint="/v1/models/{name:path}"' in text and 'endpoint="unmatched"' in text
     assert f'mindmotor_coordinator_requests_total{{endpoint="/v1/completions",model="{model_name}",status="200"}}' in text
     assert 'status="404"' in text
     for name in ("time_to_first_token_seconds_bucket", "inter_token_latency_seconds_bucket",

@@ -146,3 +146,16 @@ def test_logprobs_are_those_of_the_model(llm):
         assert [t for t, _ in lp.top] == np.argsort(-expected)[:5].tolist()
         assert lp.top[0][0] == token                 # greedy: the chosen token is the most likely
         ids.append(token)
+
+
+def test_unseeded_requests_draw_fresh_entropy_on_every_engine(tiny_ckpt, llm):
+    """Two engines (two workers) built alike give different text for the same unseeded request; an
+    engine given `seed` is reproducible; a request's own seed gives the same text on any engine."""
+    other = LLM(model=str(tiny_ckpt), block_size=4)
+    unseeded = SamplingParams(max_tokens=16, temperature=1.0, ignore_eos=True)
+    assert llm.generate([PROMPT], unseeded)[0].token_ids != other.generate([PROMPT], unseeded)[0].token_ids
+    seeded = SamplingParams(max_tokens=16, temperature=1.0, seed=77, ignore_eos=True)
+    assert llm.generate([PROMPT], seeded)[0].token_ids == other.generate([PROMPT], seeded)[0].token_ids
+    runs = [LLM(model=str(tiny_ckpt), block_size=4, seed=5).generate([PROMPT] * 2, unseeded) for _ in range(2)]
+    assert [o.token_ids for o in runs[0]] == [o.token_ids for o in runs[1]]
+    assert runs[0][0].token_ids != runs[0][1].token_ids

@@ -28,7 +28,8 @@ class EngineConfig:
     max_num_partial_prefills: int = 1      # prompts part-way through their prefill at once
     max_num_batched_attention: int | None = 0  # prefill query–key pairs per step; 0: no limit; None: from
                                            # the served model's host cost (engine/step_budget.py)
-    seed: int = 0                         # for requests that bring no seed of their own
+    seed: int | None = None               # draws the seeds of requests that bring none; None: each such
+                                          # request gets fresh OS entropy (as it must across workers)
     kv_pin_ttl_s: float = 30.0            # prefill-only KV is freed this long after pinning if not released
     kv_host_budget_bytes: int | None = None  # host memory for KV arrays; None: 10% of the machine's
                                           # (engine/host_memory.py); cached blocks are evicted past it

@@ -7,6 +7,7 @@ realtime mode `step()` does not return before the card would have finished it.
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
 from contextlib import contextmanager
@@ -194,7 +195,7 @@ class LLMEngine:
         self.sampler = Sampler(eos_ids)
         self.outputs = OutputProcessor(self.tokenizer, eos_ids, self.max_model_len)
         self.requests: dict[str, Sequence] = {}
-        self._rng = np.random.default_rng(config.seed)
+        self._seeds = np.random.default_rng(config.seed) if config.seed is not None else None
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.steps = 0
@@ -385,6 +386,14 @@ class LLMEngine:
         return (any(x is seq for x in s.running) or any(x is seq for x in s.waiting)
                 or s.kv.loading(seq.request_id) is seq)
 
+    def _unseeded_seed(self) -> int:
+        """The seed of a request that brings none: from the engine's `seed` when one is configured
+        (a reproducible run), else from the OS's entropy, so that two workers — or two choices of one
+        request sent to different workers — never draw the same "random" text."""
+        if self._seeds is not None:
+            return int(self._seeds.integers(2**63))
+        return secrets.randbits(63)
+
     def _new_sequence(self, request_id: str, request: ValidatedRequest, priority: int,
                       arrival_time: float | None) -> Sequence:
         if request_id in self.requests or self.scheduler.kv.pinned(request_id) is not None:
@@ -393,8 +402,7 @@ class LLMEngine:
         seq = Sequence(request_id=request_id, prompt_token_ids=list(request.prompt_token_ids), params=params,
                        arrival_time=self.clock() if arrival_time is None else arrival_time,
                        priority=priority, max_total_tokens=self.max_model_len)
-        seq.rng = np.random.default_rng(params.seed if params.seed is not None
-                                        else int(self._rng.integers(2**63)))
+        seq.rng = np.random.default_rng(params.seed if params.seed is not None else self._unseeded_seed())
         # a continuation's prompt logprobs were sent from where the request began
         seq.wants_prompt_logprobs = params.prompt_logprobs is not None and request.continuation is None
         self.requests[request_id] = seq

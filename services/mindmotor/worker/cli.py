@@ -116,7 +116,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         convert=lambda given: not given, help="disable prefix caching")
     add(eng, "--no-chunked-prefill", action="store_true", setting="engine.enable_chunked_prefill",
         convert=lambda given: not given, help="disable chunked prefill")
-    add(eng, "--seed", type=int, setting="engine.seed", help="for requests without a seed (default: 0)")
+    add(eng, "--seed", type=int, setting="engine.seed", help="seeds the requests that bring no seed (a reproducible worker); default: fresh OS "
+                                                                   "entropy per request, as vLLM samples unseeded requests")
     add(eng, "--resume-retention", type=float, metavar="S", setting="resume_retention_s",
         help="seconds a request's output tokens are kept after it ended, so that another coordinator "
              "can resume its client's stream (Recall); 0: not kept (default: %(default)s)")

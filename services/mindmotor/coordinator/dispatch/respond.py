@@ -37,10 +37,22 @@ from mindmotor.coordinator.http.sse import DONE, EventStreamResponse, event
 
 
 class OutputFormat(Protocol):
+    stream_end: bytes | None        # the stream's last event (OpenAI's `[DONE]`), if it has one
+
     def stream_start(self, index: int) -> list[dict]: ...
     def stream_piece(self, index: int, piece: Piece) -> list[dict]: ...
+    def stream_error(self, exc: APIError) -> dict: ...
     def usage_chunk(self, usage: Usage) -> dict: ...
     def response(self, results: list[ChoiceResult], usage: Usage) -> dict: ...
+
+
+class OpenAIFraming:
+    """How an OpenAI stream reports an error after it began (the error body as an event) and ends
+    (`data: [DONE]`)."""
+    stream_end: bytes | None = DONE
+
+    def stream_error(self, exc: APIError) -> dict:
+        return exc.body()
 
 
 async def respond(request: Request, choices: ChoiceSet, prompt_indices: list[int], fmt: OutputFormat,
@@ -170,5 +182,6 @@ async def _events(choices: ChoiceSet, prompt_indices: list[int], fmt: OutputForm
             yield event(fmt.usage_chunk(total_usage(usages)), marker and marker.usage_id())
     except APIError as exc:
         served.failed(exc)
-        yield event(exc.body())
-    yield DONE
+        yield event(fmt.stream_error(exc))
+    if fmt.stream_end is not None:
+        yield fmt.stream_end

@@ -3,9 +3,9 @@
 - `RequestIdMiddleware`: a request id (the client's `X-Request-Id` if it is sane, else a new one)
   in the log context, in `scope["state"]` and in the `X-Request-Id` response header; one access
   log line (INFO for the API, DEBUG for a probe or scrape that succeeds) and the requests counter
-  per request. The instances and versions that served a
-  generation request (`respond.py` puts them in the state) go into the `X-MindMotor-Instance` and
-  `X-MindMotor-Version` headers and the log line.
+  per request (by route template, `unmatched` for a path no route serves). The instances and
+  versions that served a generation request (`respond.py` puts them in the state) go into the
+  `X-MindMotor-Instance` and `X-MindMotor-Version` headers and the log line.
 - `GateMiddleware`: the API key (401) and the per-key rate limit (429) of the API paths — before
   the body is read or parsed.
 - `BodyLimitMiddleware`: bodies over the limit are refused with 413 before parsing, whether the
@@ -31,7 +31,7 @@ from mindmotor.coordinator.http.rate_limit import RateLimiter
 log = logging.getLogger("mindmotor.coordinator.access")
 
 _SANE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
-API_PREFIXES = ("/v1/", "/tokenize", "/detokenize")
+API_PREFIXES = ("/v1/", "/tokenize", "/detokenize", "/v2/models")   # /v2/models: KServe v2 / Triton
 
 
 async def send_error(send: Send, exc: APIError) -> None:
@@ -85,8 +85,9 @@ class RequestIdMiddleware:
                     self.in_flight.requests -= 1
                 path = scope.get("path", "")
                 api = path.startswith(API_PREFIXES)
-                if api:
-                    self.metrics.requests.labels(path, state.get("model", ""), str(status or 499)).inc()
+                if api:       # labelled by the route's template: a client's paths cannot mint series
+                    route = getattr(scope.get("route"), "path", None) or "unmatched"
+                    self.metrics.requests.labels(route, state.get("model", ""), str(status or 499)).inc()
                 # probes and scrapes (/health, /metrics) every few seconds are not news: DEBUG unless they fail
                 level = logging.INFO if api or not 200 <= status < 400 else logging.DEBUG
                 log.log(level, "request", extra={"method": scope.get("method"), "path": path, "status": status,

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from mindmotor.coordinator.dispatch.respond import OpenAIFraming
 from mindmotor.coordinator.dispatch.generation import Piece, Usage
 from mindmotor.coordinator.openai.logprobs import TokenText, chat_logprobs, vllm_prompt_logprobs
 from mindmotor.coordinator.openai.results import ChoiceResult, usage_body
@@ -16,7 +17,7 @@ OBJECT = "chat.completion"
 CHUNK_OBJECT = "chat.completion.chunk"
 
 
-class ChatFormat:
+class ChatFormat(OpenAIFraming):
     def __init__(self, response_id: str, created: int, model: str, tokens: TokenText, logprobs: bool,
                  top_logprobs: int, include_usage: bool, prompt_logprobs: int | None = None,
                  as_ids: bool = False, prompt_token_ids: list[int] | None = None, tools: ToolPlan | None = None,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mindmotor.coordinator.dispatch.respond import OpenAIFraming
 from mindmotor.coordinator.dispatch.generation import Piece, Usage
 from mindmotor.coordinator.openai.logprobs import CompletionLogprobs, TokenText, vllm_prompt_logprobs
 from mindmotor.coordinator.openai.results import ChoiceResult, usage_body
@@ -25,7 +26,7 @@ class EchoOptions:
     score_only: bool = False          # max_tokens 0: the prompt alone, no generated token
 
 
-class CompletionFormat:
+class CompletionFormat(OpenAIFraming):
     def __init__(self, response_id: str, created: int, model: str, tokens: TokenText, logprobs: int | None,
                  echo: EchoOptions | None, include_usage: bool, prompt_logprobs: int | None = None,
                  as_ids: bool = False, prompt_ids: list[list[int]] | None = None,
