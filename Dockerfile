@@ -1,4 +1,4 @@
-# MindMotor serving image: controller, coordinator and worker (one image, pick the service with
+# MindMotor serving image: controller, coordinator, worker, deployer and operator (one image, pick the service with
 # the command: `docker run mindmotor:dev worker --help`). Serving dependencies only — no PyTorch
 # (the trainer's `train` extra is not installed). The bundled demo model is package data
 # (services/mindmotor/assets) and is reachable at the stable path /models/mindmotor-demo.
@@ -15,10 +15,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /opt/mindmotor
 
-# 1. The serving dependencies, read from pyproject.toml's [project].dependencies (one layer that
-#    only changes when they do).
+# 1. The serving dependencies, read from pyproject.toml's [project].dependencies, and the
+#    `operator` extra (kopf: `mindmotor operator`, deploy/kubernetes/operator) — one layer that only
+#    changes when they do.
 COPY pyproject.toml ./
-RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+RUN python -c "import tomllib; t = tomllib.load(open('pyproject.toml', 'rb')); print('\n'.join(t['project']['dependencies'] + t['project']['optional-dependencies']['operator']))" \
         > /tmp/requirements.txt \
     && pip install -r /tmp/requirements.txt \
     && rm /tmp/requirements.txt

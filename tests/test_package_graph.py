@@ -46,13 +46,14 @@ ALLOWED: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in {
     "worker": {"common", "controller", "engine", "protocol", "rules", "sandbox", "structured", "vocabulary"},
     "coordinator": {"common", "controller", "protocol", "rules", "runtime", "sandbox", "vocabulary"},
     "deployer": {"common", "controller", "model", "protocol", "runtime", "vocabulary", "worker"},
+    "operator": {"common", "deployer", "vocabulary"},   # the InferenceService operator: into the Deployer's backend
     # the simulator composes the real parts: the engine, the coordinator's routing, the worker's windows
     "simulator": {"common", "controller", "coordinator", "device", "engine", "rules", "vocabulary", "worker"},
     # entry points
     "launcher": {"common", "coordinator", "deployer", "model", "runtime", "vocabulary", "worker"},
     "npu_smi_cli": {"common", "device", "vocabulary", "worker"},
     PACKAGE_ROOT: {"engine", "rules", "vocabulary"},
-    "cli": {"common", "controller", "coordinator", "deployer", "device", "launcher", "npu_smi_cli", "simulator", "trainer", "vocabulary", "worker"},
+    "cli": {"common", "controller", "coordinator", "deployer", "device", "launcher", "npu_smi_cli", "operator", "simulator", "trainer", "vocabulary", "worker"},
 }.items()}
 
 

@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "mindmotor.coordinator.cli",   # coordinator
     "mindmotor.controller.cli",    # controller
     "mindmotor.deployer.cli",      # deployer, deploy
+    "mindmotor.operator.cli",      # operator (InferenceService)
     "mindmotor.launcher.cli",      # up
     "mindmotor.common.certs_cli",  # certs
 ]

@@ -25,6 +25,7 @@ value never changes; a new one is added.
 | `JobState`        | a training job (the proto's `JobState` without its prefix) | trainer/jobs.py         |
 | `TrainingEvent`   | the kind of one training progress event                    | trainer/progress.py     |
 | `RatioWish`, `RatioReason` | the P/D ratio policy's wish and its decision's code | controller/pd_ratio.py  |
+| `ServiceCondition`, `ServiceReason` | an InferenceService's status conditions | operator/status.py |
 
 Roles (mixed / prefill / decode) are `common/roles.Role`, with their proto conversion.
 """
@@ -202,3 +203,32 @@ class RatioReason(enum.StrEnum):
     TTFT_MISS = "ttft_miss"                # switch: a decode instance becomes prefill
     TPOT_MISS = "tpot_miss"                # switch: a prefill instance becomes decode
     NO_MEASUREMENTS = "no_measurements"    # no latency measured yet
+
+
+class ServiceCondition(enum.StrEnum):
+    """The `type` of one condition in an InferenceService's status (operator/status.py)."""
+    READY = "Ready"                        # every replica of the serving version is ready
+    PROGRESSING = "Progressing"            # replicas are starting, or old versions draining
+    CANARY = "Canary"                      # a canary version runs (and takes its share once ready)
+    TRAFFIC_ROUTED = "TrafficRouted"       # the controller holds the weights in `status.traffic`
+
+
+class ServiceReason(enum.StrEnum):
+    """The `reason` of an InferenceService condition (CamelCase, as Kubernetes conditions have)."""
+    ALL_REPLICAS_READY = "AllReplicasReady"
+    REPLICAS_NOT_READY = "ReplicasNotReady"
+    INVALID_SPEC = "InvalidSpec"           # the spec cannot be deployed; the message says why
+    APPLY_FAILED = "ApplyFailed"           # the API server refused an object; the message says why
+    SCALING = "Scaling"
+    DRAINING = "DrainingOldVersions"
+    STABLE = "Stable"
+    NO_CANARY = "NoCanary"
+    CANARY_STARTING = "CanaryStarting"     # its replicas are not all ready: no traffic yet
+    CANARY_SERVING = "CanaryServing"       # it takes its percent of the traffic
+    PROMOTED = "Promoted"                  # the canary became the serving version
+    ROLLED_BACK = "RolledBack"             # the canary was removed; the serving version takes all traffic
+    WEIGHTS_AT_CONTROLLER = "WeightsAtController"
+    PUSHING = "Pushing"                    # pushed; the routing table does not show them yet
+    CONTROLLER_UNREACHABLE = "ControllerUnreachable"
+    TRAFFIC_REFUSED = "TrafficRefused"
+    NO_CONTROLLER = "NoController"         # the operator runs without --controller: weights are not pushed

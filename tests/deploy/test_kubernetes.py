@@ -29,6 +29,15 @@ def test_object_is_well_formed(doc):
     assert doc["metadata"].get("labels", {}).get("app.kubernetes.io/part-of") == "mindmotor", ids(doc)
 
 
+@pytest.mark.parametrize("doc", [d for _, d in DOCS], ids=ids)
+def test_object_validates_against_the_kubernetes_schemas(doc):
+    """The Kubernetes API's own OpenAPI schemas (bundled by kubernetes-validate, offline), strict: an
+    unknown or misplaced field fails, as `kubectl apply --validate=strict` would."""
+    import kubernetes_validate
+
+    kubernetes_validate.validate(doc, "1.31.0", strict=True)
+
+
 def test_names_are_unique_and_kustomization_lists_every_file():
     keys = [(d["kind"], d["metadata"]["name"]) for _, d in DOCS]
     assert len(keys) == len(set(keys))

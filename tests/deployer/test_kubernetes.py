@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import httpx
+import kubernetes_validate
 import pytest
 
 from mindmotor.cli import build_parser
@@ -24,7 +25,7 @@ from mindmotor.deployer.store import DeploymentStore
 from mindmotor.worker.cli import config_from_args
 
 from .doubles import Clock, ControllerView
-from .fake_kube import InMemoryKubeAPI, check_object
+from fake_kube import InMemoryKubeAPI, check_object
 
 NS = "serving"
 
@@ -42,6 +43,7 @@ def test_manifests_of_a_version_with_roles():
                              checkpoint_claim="ckpts")
     for obj in objects:
         check_object(obj)
+        kubernetes_validate.validate(obj, "1.31.0", strict=True)      # the API's own schemas, offline
     assert [(o["kind"], o["metadata"]["name"]) for o in objects] == [
         ("Deployment", "demo-v1-prefill"), ("Deployment", "demo-v1-decode"), ("Deployment", "demo-v1"),
         ("Service", "demo-v1")]

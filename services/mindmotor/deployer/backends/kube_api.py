@@ -1,6 +1,7 @@
 """`KubeAPI`: the three Kubernetes API calls the kubernetes backend needs — apply an object, list
 objects by label, delete one — and `KubeHTTPAPI`, which makes them against a real API server
-(server-side apply, `application/apply-patch+yaml`, field manager `mindmotor-deployer`).
+(server-side apply, `application/apply-patch+yaml`, field manager `mindmotor-deployer`, or the
+operator's `mindmotor-operator`).
 
 `KubeHTTPAPI.in_cluster()` uses the pod's service account (the token and CA under
 /var/run/secrets/kubernetes.io/serviceaccount, the API at $KUBERNETES_SERVICE_HOST); the
@@ -8,7 +9,7 @@ deployer's service account needs get/list/create/patch/delete on deployments (ap
 
 No Kubernetes runs where this project is built and tested: the tests check the requests this
 client sends with an HTTP mock transport, and drive the backend with an in-memory fake of this
-interface (tests/deployer/fake_kube.py). Neither is a substitute for a real cluster.
+interface (tests/support/fake_kube.py). Neither is a substitute for a real cluster.
 """
 
 from __future__ import annotations
@@ -54,13 +55,14 @@ class KubeAPI(abc.ABC):
 
 class KubeHTTPAPI(KubeAPI):
     def __init__(self, server: str, token: str | None = None, verify: str | bool = True,
-                 transport: httpx.AsyncBaseTransport | None = None):
+                 transport: httpx.AsyncBaseTransport | None = None, field_manager: str = FIELD_MANAGER):
+        self.field_manager = field_manager
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.client = httpx.AsyncClient(base_url=server, headers=headers, verify=verify, transport=transport,
                                         timeout=10.0)
 
     @classmethod
-    def in_cluster(cls, server: str | None = None) -> "KubeHTTPAPI":
+    def in_cluster(cls, server: str | None = None, field_manager: str = FIELD_MANAGER) -> "KubeHTTPAPI":
         host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT", "443")
         if server is None and not host:
             raise ValueError("not inside a Kubernetes pod (no KUBERNETES_SERVICE_HOST); give --k8s-api-server")
@@ -68,7 +70,7 @@ class KubeHTTPAPI(KubeAPI):
         ca_file = SERVICE_ACCOUNT / "ca.crt"
         return cls(server or f"https://{host}:{port}",
                    token=token_file.read_text().strip() if token_file.is_file() else None,
-                   verify=str(ca_file) if ca_file.is_file() else True)
+                   verify=str(ca_file) if ca_file.is_file() else True, field_manager=field_manager)
 
     def _path(self, kind: str, namespace: str, name: str | None = None) -> str:
         if kind not in COLLECTIONS:
@@ -80,7 +82,7 @@ class KubeHTTPAPI(KubeAPI):
         metadata = manifest["metadata"]
         response = await self.client.patch(
             self._path(manifest["kind"], metadata["namespace"], metadata["name"]),
-            params={"fieldManager": FIELD_MANAGER, "force": "true"}, content=json.dumps(manifest),
+            params={"fieldManager": self.field_manager, "force": "true"}, content=json.dumps(manifest),
             headers={"Content-Type": "application/apply-patch+yaml"})
         return _checked(response)
 

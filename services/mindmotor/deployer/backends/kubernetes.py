@@ -20,7 +20,7 @@ from mindmotor.vocabulary import ReplicaPhase
 
 from .base import Backend, Replica, VersionTarget
 from .kube_api import KubeAPI
-from .manifests import DEPLOYMENT_LABEL, MANAGED_BY, VERSION_LABEL, object_name, render_version, version_labels
+from .manifests import DEPLOYER, DEPLOYMENT_LABEL, VERSION_LABEL, managed_by, object_name, render_version, version_labels
 
 log = logging.getLogger("mindmotor.deployer")
 
@@ -29,8 +29,14 @@ class KubernetesBackend(Backend):
     kind = "kubernetes"
 
     def __init__(self, api: KubeAPI, namespace: str, image: str, controller: str,
-                 checkpoint_claim: str | None = None, checkpoint_mount: str = "/checkpoints"):
+                 checkpoint_claim: str | None = None, checkpoint_mount: str = "/checkpoints",
+                 manager: str = DEPLOYER, owner: dict | None = None, pod_annotations: dict[str, str] | None = None):
+        """`manager`: the managed-by label of what it creates and lists (the operator passes its
+        own, with the ownerReference of the InferenceService and the pods' annotations)."""
         self.api = api
+        self.manager = manager
+        self.owner = owner
+        self.pod_annotations = pod_annotations
         self.namespace = namespace
         self.image = image
         self.controller = controller
@@ -38,7 +44,7 @@ class KubernetesBackend(Backend):
         self.checkpoint_mount = checkpoint_mount
 
     async def observe(self) -> list[Replica]:
-        objects = await self.api.list("Deployment", self.namespace, MANAGED_BY)
+        objects = await self.api.list("Deployment", self.namespace, managed_by(self.manager))
         counts: dict[tuple[str, str], list[int]] = {}
         for obj in objects:
             labels = obj["metadata"].get("labels", {})
@@ -53,7 +59,8 @@ class KubernetesBackend(Backend):
 
     async def scale(self, target: VersionTarget, replicas: int) -> None:
         for manifest in render_version(target, replicas, self.namespace, self.image, self.controller,
-                                       self.checkpoint_claim, self.checkpoint_mount):
+                                       self.checkpoint_claim, self.checkpoint_mount, self.manager, self.owner,
+                                       self.pod_annotations):
             await self.api.apply(manifest)
         log.info("applied", extra={"deployment": target.deployment.name, "version": target.version.name,
                                    "replicas": replicas, "namespace": self.namespace})
@@ -62,7 +69,7 @@ class KubernetesBackend(Backend):
         raise RuntimeError("Kubernetes restarts crashed containers itself; this backend reports none crashed")
 
     async def remove(self, deployment: str, version: str) -> None:
-        for obj in await self.api.list("Deployment", self.namespace, version_labels(deployment, version)):
+        for obj in await self.api.list("Deployment", self.namespace, version_labels(deployment, version, self.manager)):
             await self.api.delete("Deployment", self.namespace, obj["metadata"]["name"])
         await self.api.delete("Service", self.namespace, object_name(deployment, version))
         log.info("deleted", extra={"deployment": deployment, "version": version, "namespace": self.namespace})

@@ -7,6 +7,11 @@ Each pod runs `mindmotor worker` with the version's settings, registers with the
 `$(POD_NAME)` at `$(POD_IP):50051`, and is probed over the standard gRPC health service (the
 worker reports NOT_SERVING while it drains, so a draining pod leaves the Service at once). The
 grace period covers the worker's drain timeout.
+
+Who manages the objects is in their `app.kubernetes.io/managed-by` label: `mindmotor-deployer` (the
+Deployer) or `mindmotor-operator` (the InferenceService operator, which also sets an owner
+reference to its InferenceService and per-pod annotations); each lists only its own, so a Deployer
+and the operator in one namespace never remove each other's versions.
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ from mindmotor.common.roles import Role
 
 GRPC_PORT = 50051
 METRICS_PORT = 9100
-MANAGED_BY = {"app.kubernetes.io/managed-by": "mindmotor-deployer"}
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+DEPLOYER = "mindmotor-deployer"
+MANAGED_BY = {MANAGED_BY_LABEL: DEPLOYER}
 DEPLOYMENT_LABEL = "mindmotor.io/deployment"
 VERSION_LABEL = "mindmotor.io/version"
 ROLE_LABEL = "mindmotor.io/role"
@@ -29,8 +36,12 @@ DRAIN_DEFAULT_S = 30.0
 GRACE_MARGIN_S = 10
 
 
-def version_labels(deployment: str, version: str) -> dict[str, str]:
-    return {**MANAGED_BY, DEPLOYMENT_LABEL: deployment, VERSION_LABEL: version}
+def managed_by(manager: str = DEPLOYER) -> dict[str, str]:
+    return {MANAGED_BY_LABEL: manager}
+
+
+def version_labels(deployment: str, version: str, manager: str = DEPLOYER) -> dict[str, str]:
+    return {**managed_by(manager), DEPLOYMENT_LABEL: deployment, VERSION_LABEL: version}
 
 
 def object_name(deployment: str, version: str, role: str = Role.MIXED) -> str:
@@ -48,21 +59,31 @@ def role_counts(target: VersionTarget, replicas: int) -> dict[str, int]:
 
 
 def render_version(target: VersionTarget, replicas: int, namespace: str, image: str, controller: str,
-                   checkpoint_claim: str | None = None, checkpoint_mount: str = "/checkpoints") -> list[dict[str, Any]]:
-    """Every object of the version at `replicas` replicas: its Deployments, then its Service."""
+                   checkpoint_claim: str | None = None, checkpoint_mount: str = "/checkpoints",
+                   manager: str = DEPLOYER, owner: dict[str, Any] | None = None,
+                   pod_annotations: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """Every object of the version at `replicas` replicas: its Deployments, then its Service.
+    `owner`: an ownerReference every object carries (Kubernetes' garbage collector deletes them
+    with their owner); `pod_annotations`: added to every pod template."""
     deployment, version = target.key
-    objects = [_deployment(target, role, count, namespace, image, controller, checkpoint_claim, checkpoint_mount)
+    objects = [_deployment(target, role, count, namespace, image, controller, checkpoint_claim, checkpoint_mount,
+                           manager, pod_annotations or {})
                for role, count in role_counts(target, replicas).items()]
-    return [*objects, _service(deployment, version, namespace)]
+    objects.append(_service(deployment, version, namespace, manager))
+    if owner is not None:
+        for obj in objects:
+            obj["metadata"]["ownerReferences"] = [dict(owner)]
+    return objects
 
 
 CLUSTER_SECRET = "mindmotor-cluster"
 
 
 def _deployment(target: VersionTarget, role: str, replicas: int, namespace: str, image: str, controller: str,
-                checkpoint_claim: str | None, checkpoint_mount: str) -> dict[str, Any]:
+                checkpoint_claim: str | None, checkpoint_mount: str, manager: str,
+                pod_annotations: dict[str, str]) -> dict[str, Any]:
     deployment, version = target.key
-    labels = {**version_labels(deployment, version), ROLE_LABEL: role}
+    labels = {**version_labels(deployment, version, manager), ROLE_LABEL: role}
     drain_s = float(target.version.worker.get("drain_timeout", DRAIN_DEFAULT_S))
     container: dict[str, Any] = {
         "name": "worker",
@@ -94,7 +115,9 @@ def _deployment(target: VersionTarget, role: str, replicas: int, namespace: str,
                      "annotations": {"mindmotor.io/checkpoint": target.version.checkpoint or "bundled",
                                      "mindmotor.io/model": target.deployment.model}},
         "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
-                 "template": {"metadata": {"labels": labels}, "spec": pod}},
+                 "template": {"metadata": {"labels": labels, **({"annotations": dict(pod_annotations)}
+                                                                 if pod_annotations else {})},
+                              "spec": pod}},
     }
 
 
@@ -111,8 +134,8 @@ def _field_env(name: str, path: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
-def _service(deployment: str, version: str, namespace: str) -> dict[str, Any]:
-    labels = version_labels(deployment, version)
+def _service(deployment: str, version: str, namespace: str, manager: str) -> dict[str, Any]:
+    labels = version_labels(deployment, version, manager)
     return {
         "apiVersion": "v1",
         "kind": "Service",
