@@ -1,0 +1,121 @@
+"""`StateDir`: everything `mindmotor up` keeps between its runs, in one directory, locked by the
+`up` that uses it.
+
+    state = StateDir(path)            # created (mode 0700) if missing
+    state.lock()                      # StateDirBusy if another `up` holds it
+    ports = state.remembered_ports()  # the last run's ports: reused where the config says 0
+    ...
+    state.write_up_file({...})        # once serving: how `mindmotor deploy` finds this `up`
+    state.close()                     # up.json and run/ removed, the lock released
+
+Layout (docs/operations.md, "The state directory"):
+
+    lock                  held (flock) by the running `up`; its pid inside
+    up.json               while `up` serves: pid, URL, ports, the Deployer's address, admin cert paths
+    ports.json            the ports of the last run
+    applied.json          the config's deployment specs as last applied
+    deployer-store.json   the Deployer's deployments (rollouts, promotions): without `redis_url`
+    pki/                  cluster CA, worker CA, one certificate per service (kept while valid)
+    logs/                 every service's log, workers/ (unless `log_dir` says elsewhere)
+    run/                  this run's scratch files (the coordinators' metrics); removed at exit
+
+The lock is an `fcntl.flock` on `lock`, taken without waiting: the kernel drops it when the
+process ends however it ends (SIGKILL included), so a stale lock never blocks a restart. The
+descriptor is not inherited by the services `up` starts.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+from pathlib import Path
+
+from mindmotor.common.up_state import UP_FILE, running_up
+
+LOCK, PORTS, APPLIED, DEPLOYER_STORE = "lock", "ports.json", "applied.json", "deployer-store.json"
+
+
+class StateDirBusy(RuntimeError):
+    """Another `mindmotor up` holds the state directory."""
+
+
+class StateDir:
+    def __init__(self, path: str | Path):
+        self.path = Path(path).expanduser().resolve()
+        self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._lock_fd: int | None = None
+
+    # ---- the layout ---------------------------------------------------------------------
+    @property
+    def pki(self) -> Path:
+        return self.path / "pki"
+
+    @property
+    def logs(self) -> Path:
+        return self.path / "logs"
+
+    @property
+    def run(self) -> Path:
+        return self.path / "run"
+
+    @property
+    def deployer_store(self) -> Path:
+        return self.path / DEPLOYER_STORE
+
+    # ---- the lock -----------------------------------------------------------------------
+    def lock(self) -> None:
+        """Take the directory for this process; StateDirBusy (naming the holder) if it is taken."""
+        fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            info = running_up(self.path) or {}
+            where = f", serving {info['url']}" if info.get("url") else ""
+            raise StateDirBusy(f"another `mindmotor up` (pid {holder}{where}) is using the state directory "
+                               f"{self.path}; stop it first, or give this one another --state-dir") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd
+        shutil.rmtree(self.run, ignore_errors=True)       # scratch of a run that was SIGKILLed
+        (self.path / UP_FILE).unlink(missing_ok=True)      # its up.json likewise
+
+    def close(self) -> None:
+        """Remove what only this run needed (up.json, run/) and release the lock."""
+        if self._lock_fd is None:
+            return
+        (self.path / UP_FILE).unlink(missing_ok=True)
+        shutil.rmtree(self.run, ignore_errors=True)
+        os.close(self._lock_fd)
+        self._lock_fd = None
+
+    # ---- what a run remembers -----------------------------------------------------------
+    def remembered_ports(self) -> dict:
+        return self._read(PORTS)
+
+    def remember_ports(self, ports: dict) -> None:
+        self._write(PORTS, ports)
+
+    def applied_specs(self) -> dict:
+        return self._read(APPLIED)
+
+    def remember_applied(self, specs: dict) -> None:
+        self._write(APPLIED, specs)
+
+    def write_up_file(self, info: dict) -> None:
+        self._write(UP_FILE, info)
+
+    def _read(self, name: str) -> dict:
+        try:
+            value = json.loads((self.path / name).read_text())
+        except (OSError, ValueError):
+            return {}
+        return value if isinstance(value, dict) else {}
+
+    def _write(self, name: str, value: dict) -> None:
+        tmp = self.path / f".{name}.tmp"
+        tmp.write_text(json.dumps(value, indent=1, sort_keys=True) + "\n")
+        os.replace(tmp, self.path / name)
