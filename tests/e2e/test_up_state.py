@@ -1,6 +1,6 @@
 """`mindmotor up` keeps its state in one directory: a restart on it comes back with the same CA, the
 same ports and the deployments as they were left (a promoted version stays promoted); a second
-`up` on it is refused; `mindmotor deploy` finds the running one there without any TLS flag; nothing
+`up` on it is refused; `MINDMOTOR_API_KEYS` is honored; `mindmotor deploy` finds the running one there without any TLS flag; nothing
 temporary is left behind."""
 
 from __future__ import annotations
@@ -10,13 +10,17 @@ import json
 import subprocess
 import sys
 
+import httpx
+
 from mindmotor.runtime.child_process import ChildProcess
 
+API_KEY = "k-state-test"
 UP = ["up", "--port", "0", "--timing", "virtual", "--workers", "1"]
 
 
 def _up(e2e_model, state, log) -> ChildProcess:
-    up = ChildProcess("up", [*UP, "--model", str(e2e_model), "--state-dir", str(state)], "MINDMOTOR_UP_READY", log)
+    up = ChildProcess("up", [*UP, "--model", str(e2e_model), "--state-dir", str(state)], "MINDMOTOR_UP_READY", log,
+                      env={"MINDMOTOR_API_KEYS": API_KEY})
     up.wait_ready(180)
     return up
 
@@ -40,6 +44,12 @@ def test_a_restart_keeps_ca_ports_and_the_promoted_version_and_a_second_up_is_re
         first, fingerprint = dict(up.ready), _ca_fingerprint(state)
         info = json.loads((state / "up.json").read_text())
         assert info["url"] == first["url"] and info["tls"]["ca"] == str(state / "pki" / "ca.pem")
+
+        # `MINDMOTOR_API_KEYS=k mindmotor up`: the API wants the key
+        body = {"model": e2e_model.name, "prompt": "x", "max_tokens": 2}
+        assert httpx.post(f"{first['url']}/v1/completions", json=body, timeout=30).status_code == 401
+        assert httpx.post(f"{first['url']}/v1/completions", json=body, timeout=30,
+                          headers={"Authorization": f"Bearer {API_KEY}"}).status_code == 200
 
         # a second up on the same directory: one line saying who holds it, exit 3, nothing started
         second = subprocess.run([sys.executable, "-m", "mindmotor.cli", *UP, "--model", str(e2e_model),
