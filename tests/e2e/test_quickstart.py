@@ -1,0 +1,36 @@
+"""The README's quick start, done exactly as written (scripts/quickstart_check.sh) on a fresh clone of
+this repository: `mindmotor up`, a completion, `mindmotor train --preset quick`, its checkpoint rolled
+out as a canary of up's deployment and promoted.
+
+Two things differ from a user's run, both outside the README's commands: the install is skipped
+(.ci/run has just installed the same into .venv, which the clone links to), and training runs 2
+steps on 200 kB of the corpus instead of the preset's 400 steps on 4 MB (about 2-3 minutes on 2
+idle cores; the rest of the flow is the same whatever the step count)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_readme_quick_start_works_on_a_fresh_clone(tmp_path):
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(REPO), str(clone)], check=True, timeout=120)
+    (clone / ".venv").symlink_to(Path(sys.prefix))            # the installed environment, as .ci/run made it
+    env = {**os.environ,
+           "PYTHONPATH": str(clone / "services"),              # the clone's code, not the editable install's
+           "QUICKSTART_SKIP_INSTALL": "1",
+           "QUICKSTART_TRAIN_ARGS": "--steps 2 --set max_corpus_bytes=200000",
+           "MINDMOTOR_STATE_DIR": str(tmp_path / "state"), "MINDMOTOR_PORT": "0"}
+    done = subprocess.run(["bash", "scripts/quickstart_check.sh"], cwd=clone, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "quickstart check passed" in done.stdout
+    assert (clone / "checkpoints" / "quick-step000002" / "config.json").exists()
+    assert not (tmp_path / "state" / "up.json").exists()       # up stopped and cleaned up after itself
+    shutil.rmtree(clone / "checkpoints")
