@@ -12,21 +12,28 @@ answer its liveness probe (SIGSTOPped, stuck: `runtime/liveness.py`) is SIGKILLe
 the same way. Stop (Ctrl-C or SIGTERM): coordinator (finishes its streams) → deployer (its workers
 drain) → controller; the services run in process groups of their own, so a terminal's Ctrl-C reaches
 `up` alone and the drain happens in that order. A second Ctrl-C (or SIGTERM) stops at once: every
-service SIGKILLed, exit status 130 (143). Exit status: 0 stopped, 1 did not start, 2 bad settings.
+service SIGKILLed, exit status 130 (143). Exit status: 0 stopped, 1 did not start, 2 bad settings,
+3 the state directory is held by another `up`.
+
+State: one directory (`state_dir.py`; default `$XDG_DATA_HOME/mindmotor`), locked for this process's
+life — the PKI, the deployer's store file (deployments, rollouts, promotions), the ports of the last
+run (reused where the config says 0), the logs, and while serving `up.json`, through which
+`mindmotor deploy` finds this `up`. A restart on it comes back with the same CA, ports and
+deployments. Nothing temporary outlives the process.
 
 Secrets (API keys, the admin token, the Redis URL) reach the services through their environment,
 built in one place (`child_env`), never through their command lines. Every gRPC call between them
-is mutual TLS: a cluster CA and a certificate per service under <log dir>/pki
+is mutual TLS: a cluster CA and a certificate per service under <state dir>/pki
 (`cluster_pki.child_environments`), each service's files in its environment; `up` itself calls the
-deployer with the `admin` certificate, and prints the flags that make `mindmotor deploy` one.
+deployer with the `admin` certificate, whose paths `up.json` gives `mindmotor deploy`.
 
 A deployer that dies costs no worker: `up` is the child subreaper of everything it starts
 (`runtime/subreaper.py`) and the deployer's replicas are started as `up`'s (MINDMOTOR_REPLICA_ANCHOR:
 their parent is `up`, they die with `up`), so they go on serving while the deployer is down and the
 restarted deployer adopts them from its replica records (deployer/backends/local.py); `up` reaps
-the ones that exit meanwhile. Deployments come back from Redis if `redis_url` is set (rollouts in
-progress survive), else from the config, which `up` applies again (a rollout since the start is
-forgotten; the deployer keeps the replicas it adopted until then — its orphan grace).
+the ones that exit meanwhile. Deployments come back from the deployer's store — Redis if
+`redis_url` is set, else the state directory's store file — with rollouts since; `up` applies a
+config's deployment again only where the deployer lacks it or the config changed it.
 """
 
 from __future__ import annotations
