@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from mindmotor.common.ports import free_port
+from mindmotor.common.ports import free_ports
 from mindmotor.launcher.config import PlatformConfig
 from mindmotor.launcher.state_dir import StateDir, StateDirBusy
 from mindmotor.launcher.up import Platform
@@ -30,13 +30,13 @@ def test_one_holder_at_a_time_and_what_a_run_leaves_is_removed(tmp_path):
 
 
 def test_a_restart_reuses_the_last_ports_unless_taken_or_given(tmp_path, caplog):
-    last_free = free_port()
+    last_free, held = free_ports(2)
     config = PlatformConfig(state_dir=str(tmp_path / "state"), port=0, ports={"deployer": 4321})
     platform = Platform(config)
     with socket.socket() as holder:                   # something else listens on the controller's old port
-        holder.bind(("127.0.0.1", 0))
+        holder.bind(("127.0.0.1", held))
         holder.listen()
-        platform.state.remember_ports({"port": last_free, "controller": holder.getsockname()[1], "deployer": 9999,
+        platform.state.remember_ports({"port": last_free, "controller": held, "deployer": 9999,
                                        "coordinator-0": last_free})
         platform._reuse_ports()
     assert platform.port == last_free                 # the config says 0: the last run's
