@@ -30,7 +30,7 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-step() { echo "== $*"; }
+step() { echo "== $(date +%T) $*"; }
 before_tmp=$(ls -d /tmp/mindmotor-up-* 2>/dev/null | sort || true)
 
 step "install"

@@ -25,7 +25,7 @@ def test_the_readme_quick_start_works_on_a_fresh_clone(tmp_path):
     env = {**os.environ,
            "PYTHONPATH": str(clone / "services"),              # the clone's code, not the editable install's
            "QUICKSTART_SKIP_INSTALL": "1",
-           "QUICKSTART_TRAIN_ARGS": "--steps 2 --set max_corpus_bytes=200000",
+           "QUICKSTART_TRAIN_ARGS": "--steps 2 --set max_corpus_bytes=200000 --set eval_batches=1",
            "MINDMOTOR_STATE_DIR": str(tmp_path / "state"), "MINDMOTOR_PORT": "0"}
     done = subprocess.run(["bash", "scripts/quickstart_check.sh"], cwd=clone, env=env, capture_output=True,
                           text=True, timeout=600)

@@ -20,7 +20,7 @@ UP = ["up", "--port", "0", "--timing", "virtual", "--workers", "1"]
 
 def _up(e2e_model, state, log) -> ChildProcess:
     up = ChildProcess("up", [*UP, "--model", str(e2e_model), "--state-dir", str(state)], "MINDMOTOR_UP_READY", log,
-                      env={"MINDMOTOR_API_KEYS": API_KEY})
+                      env={"MINDMOTOR_API_KEYS": API_KEY, "MINDMOTOR_COORDINATORS": "1"})
     up.wait_ready(180)
     return up
 
