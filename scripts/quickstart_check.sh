@@ -6,8 +6,9 @@
 #
 #   bash scripts/quickstart_check.sh
 #
-# The commands are the README's, character for character; what the environment may change around
-# them (tests/e2e/test_quickstart.py sets these):
+# The commands are the README's, character for character (tests/e2e/test_quickstart.py checks it;
+# the curl's URL is the one `up` printed, 127.0.0.1:8000 unless MINDMOTOR_PORT says otherwise); what
+# the environment may change around them (tests/e2e/test_quickstart.py sets these):
 #   QUICKSTART_SKIP_INSTALL=1     .venv is there already (CI has just run scripts/install.sh dev)
 #   QUICKSTART_TRAIN_ARGS="..."   appended to the train command (CI: a few steps on a small corpus;
 #                                 the preset itself takes ~2-3 min on 2 cores)
@@ -50,7 +51,7 @@ url=$(sed -n 's/^MINDMOTOR_UP_READY url=\([^ ]*\).*/\1/p' "$work/up.out")
 [ -n "$url" ] || { echo "mindmotor up was not ready in 300 s" >&2; exit 1; }
 
 step "a completion"
-curl -sf "$url/v1/completions" -H 'Content-Type: application/json' \
+curl -sf "$url"/v1/completions -H 'Content-Type: application/json' \
   -d '{"model": "mindmotor-demo", "prompt": "def fibonacci(n):", "max_tokens": 48, "temperature": 0}' \
   | tee "$work/completion.json"
 echo

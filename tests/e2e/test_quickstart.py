@@ -10,6 +10,7 @@ idle cores; the rest of the flow is the same whatever the step count)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -34,3 +35,22 @@ def test_the_readme_quick_start_works_on_a_fresh_clone(tmp_path):
     assert (clone / "checkpoints" / "quick-step000002" / "config.json").exists()
     assert not (tmp_path / "state" / "up.json").exists()       # up stopped and cleaned up after itself
     shutil.rmtree(clone / "checkpoints")
+
+
+def _commands(text: str) -> list[str]:
+    """Shell lines with their continuations joined, comments and repeated blanks dropped."""
+    joined = re.sub(r"\\\n\s*", " ", text)
+    lines = [re.sub(r"\s+#\s.*$", "", line).strip() for line in joined.splitlines()]
+    return [re.sub(r"\s+", " ", line) for line in lines if line and not line.startswith("#")]
+
+
+def test_the_script_runs_the_readme_s_quick_start_commands_as_written():
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```bash\n(.*?)```", section, re.S)
+    wanted = [c for block in blocks for c in _commands(block)]
+    assert any("mindmotor train --preset quick" in c for c in wanted) and len(wanted) == 6, wanted
+    script = (REPO / "scripts" / "quickstart_check.sh").read_text().replace('curl -sf "$url"', "curl http://127.0.0.1:8000")
+    ran = _commands(script)
+    missing = [c for c in wanted if not any(line.startswith(c) for line in ran)]
+    assert missing == [], "README quick-start commands the script does not run as written"
