@@ -2,10 +2,12 @@
 this repository: `mindmotor up`, a completion, `mindmotor train --preset quick`, its checkpoint rolled
 out as a canary of up's deployment and promoted.
 
-Two things differ from a user's run, both outside the README's commands: the install is skipped
-(.ci/run has just installed the same into .venv, which the clone links to), and training runs 2
-steps on 200 kB of the corpus instead of the preset's 400 steps on 4 MB (about 2-3 minutes on 2
-idle cores; the rest of the flow is the same whatever the step count)."""
+What differs from a user's run is all outside the README's commands, to keep CI's cost down: the
+install is skipped (.ci/run has just installed the same into .venv, which the clone links to);
+training runs 2 steps on 200 kB of the corpus instead of the preset's 400 steps on 4 MB (about 2-3
+minutes on 2 idle cores; the rest of the flow is the same whatever the step count); `up` runs one
+worker and one coordinator replica instead of two each (`MINDMOTOR_MODELS`, `MINDMOTOR_COORDINATORS`),
+in a state directory and on a free port of the test's own."""
 
 from __future__ import annotations
 
@@ -27,7 +29,8 @@ def test_the_readme_quick_start_works_on_a_fresh_clone(tmp_path):
            "PYTHONPATH": str(clone / "services"),              # the clone's code, not the editable install's
            "QUICKSTART_SKIP_INSTALL": "1",
            "QUICKSTART_TRAIN_ARGS": "--steps 2 --set max_corpus_bytes=200000 --set eval_batches=1",
-           "MINDMOTOR_STATE_DIR": str(tmp_path / "state"), "MINDMOTOR_PORT": "0"}
+           "MINDMOTOR_STATE_DIR": str(tmp_path / "state"), "MINDMOTOR_PORT": "0",
+           "MINDMOTOR_COORDINATORS": "1", "MINDMOTOR_MODELS": '[{"workers": 1}]'}
     done = subprocess.run(["bash", "scripts/quickstart_check.sh"], cwd=clone, env=env, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
