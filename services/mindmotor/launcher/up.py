@@ -38,10 +38,10 @@ config's deployment again only where the deployer lacks it or the config changed
 
 from __future__ import annotations
 
-import logging
-import os
 import errno
 import json
+import logging
+import os
 import secrets
 import shutil
 import socket
@@ -66,7 +66,6 @@ from mindmotor.runtime.stop_signals import StopSignals
 from mindmotor.runtime.subreaper import become_subreaper
 from mindmotor.runtime.supervisor import Service, Supervisor
 from mindmotor.runtime.supervisor_metrics import SupervisorMetrics
-
 from mindmotor.common.up_state import default_state_dir
 from mindmotor.runtime.detached_process import proc_start_time
 
