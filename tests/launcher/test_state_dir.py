@@ -29,6 +29,18 @@ def test_one_holder_at_a_time_and_what_a_run_leaves_is_removed(tmp_path):
     second.close()
 
 
+def test_a_log_directory_elsewhere_is_locked_too(tmp_path):
+    logs = tmp_path / "logs"
+    first = StateDir(tmp_path / "a")
+    first.lock(logs)
+    second = StateDir(tmp_path / "b")
+    with pytest.raises(StateDirBusy, match=rf"the log directory {logs}.*--log-dir"):
+        second.lock(logs)
+    second.lock(second.logs)                         # its own state directory was released; logs inside it
+    second.close()
+    first.close()
+
+
 def test_a_restart_reuses_the_last_ports_unless_taken_or_given(tmp_path, caplog):
     last_free, held = free_ports(2)
     config = PlatformConfig(state_dir=str(tmp_path / "state"), port=0, ports={"deployer": 4321})

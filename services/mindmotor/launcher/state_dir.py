@@ -10,7 +10,7 @@
 
 Layout (docs/operations.md, "The state directory"):
 
-    lock                  held (flock) by the running `up`; its pid inside
+    lock                  held (flock) by the running `up`; its pid inside (a log_dir elsewhere: its .up.lock too)
     up.json               while `up` serves: pid, URL, ports, the Deployer's address, admin cert paths
     ports.json            the ports of the last run
     applied.json          the config's deployment specs as last applied
@@ -35,6 +35,7 @@ from pathlib import Path
 from mindmotor.common.up_state import UP_FILE, running_up
 
 LOCK, PORTS, APPLIED, DEPLOYER_STORE = "lock", "ports.json", "applied.json", "deployer-store.json"
+LOCK_IN_LOGS = ".up.lock"      # a log directory outside the state directory is locked too
 
 
 class StateDirBusy(RuntimeError):
@@ -46,6 +47,7 @@ class StateDir:
         self.path = Path(path).expanduser().resolve()
         self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._lock_fd: int | None = None
+        self._log_lock_fd: int | None = None
 
     # ---- the layout ---------------------------------------------------------------------
     @property
@@ -65,26 +67,28 @@ class StateDir:
         return self.path / DEPLOYER_STORE
 
     # ---- the lock -----------------------------------------------------------------------
-    def lock(self) -> None:
-        """Take the directory for this process; StateDirBusy (naming the holder) if it is taken."""
-        fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
-            os.close(fd)
-            info = running_up(self.path) or {}
-            where = f", serving {info['url']}" if info.get("url") else ""
-            raise StateDirBusy(f"another `mindmotor up` (pid {holder}{where}) is using the state directory "
-                               f"{self.path}; stop it first, or give this one another --state-dir") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._lock_fd = fd
+    def lock(self, log_dir: Path | None = None) -> None:
+        """Take the directory for this process — and `log_dir` too when it lies elsewhere (two
+        `up`s writing one log directory would take each other's worker records) — StateDirBusy,
+        naming the holder, if either is taken."""
+        self._lock_fd = _flock(self.path / LOCK, "the state directory", self.path, "--state-dir",
+                               lambda: running_up(self.path) or {})
+        if log_dir is not None and self.path not in Path(log_dir).resolve().parents:
+            Path(log_dir).mkdir(parents=True, exist_ok=True)
+            try:
+                self._log_lock_fd = _flock(Path(log_dir) / LOCK_IN_LOGS, "the log directory", Path(log_dir),
+                                           "--log-dir", lambda: {})
+            except StateDirBusy:
+                self.close()
+                raise
         shutil.rmtree(self.run, ignore_errors=True)       # scratch of a run that was SIGKILLed
         (self.path / UP_FILE).unlink(missing_ok=True)      # its up.json likewise
 
     def close(self) -> None:
-        """Remove what only this run needed (up.json, run/) and release the lock."""
+        """Remove what only this run needed (up.json, run/) and release the locks."""
+        if self._log_lock_fd is not None:
+            os.close(self._log_lock_fd)
+            self._log_lock_fd = None
         if self._lock_fd is None:
             return
         (self.path / UP_FILE).unlink(missing_ok=True)
@@ -119,3 +123,21 @@ class StateDir:
         tmp = self.path / f".{name}.tmp"
         tmp.write_text(json.dumps(value, indent=1, sort_keys=True) + "\n")
         os.replace(tmp, self.path / name)
+
+
+def _flock(path: Path, what: str, directory: Path, flag: str, holder_info) -> int:
+    """An exclusive flock on `path`, taken without waiting, with our pid written in it; the
+    descriptor. StateDirBusy naming the holder (its pid, and its URL if `holder_info()` knows it)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        url = holder_info().get("url")
+        where = f", serving {url}" if url else ""
+        raise StateDirBusy(f"another `mindmotor up` (pid {holder}{where}) is using {what} {directory}; "
+                           f"stop it first, or give this one another {flag}") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd

@@ -501,7 +501,7 @@ def run(config: PlatformConfig) -> int:
         log.error("bad platform config", extra={"error": str(exc)})
         return EXIT_BAD_CONFIG
     try:
-        platform.state.lock()
+        platform.state.lock(platform.log_dir)
     except StateDirBusy as exc:
         print(f"mindmotor up: {exc}", file=sys.stderr, flush=True)
         return EXIT_STATE_BUSY
