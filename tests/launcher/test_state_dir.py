@@ -56,3 +56,57 @@ def test_a_restart_reuses_the_last_ports_unless_taken_or_given(tmp_path, caplog)
     assert "a port of the last run is taken" in caplog.text
     assert platform.ports.deployer == 4321            # given by the config: kept
     assert platform.replica_ports == {"coordinator-0": last_free}
+
+
+class _Deployer:
+    """The three Deployer calls `up` makes at its first start, on a dict (NOT_FOUND like the real one)."""
+
+    def __init__(self, names):
+        self.deployments, self.applied, self.deleted = set(names), [], []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def get(self, name):
+        if name not in self.deployments:
+            import grpc
+
+            error = grpc.RpcError()
+            error.code = lambda: grpc.StatusCode.NOT_FOUND
+            error.details = lambda: "no such deployment"
+            raise error
+        return name
+
+    def apply(self, spec):
+        self.deployments.add(spec.name)
+        self.applied.append(spec.name)
+
+    def delete(self, name):
+        self.get(name)
+        self.deployments.discard(name)
+        self.deleted.append(name)
+
+
+def test_a_restart_keeps_an_unchanged_deployment_applies_a_changed_one_and_drops_a_removed_one(tmp_path):
+    import json
+
+    platform = Platform(PlatformConfig(state_dir=str(tmp_path / "state")))
+    (spec,) = platform.specs
+    as_config = json.loads(json.dumps(spec.to_dict()))
+    deployer = _Deployer([spec.name, "gone-model", "by-hand"])
+    platform._deployer_client = lambda *a: deployer
+    platform.state.remember_applied({spec.name: as_config, "gone-model": {"name": "gone-model"}})
+
+    platform._apply_deployments(first=True)
+    assert deployer.applied == []                                  # unchanged since last applied: kept as it is
+    assert deployer.deleted == ["gone-model"]                       # up made it; the config dropped it
+    assert deployer.deployments == {spec.name, "by-hand"}           # `deploy apply`'s own is left alone
+    assert platform.state.applied_specs() == {spec.name: as_config}
+
+    platform.state.remember_applied({spec.name: {**as_config, "traffic": {"v0": 100}}})
+    platform._apply_deployments(first=True)
+    assert deployer.applied == [spec.name]                          # the config changed: it wins
+    assert platform.state.applied_specs() == {spec.name: as_config}

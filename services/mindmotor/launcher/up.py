@@ -362,6 +362,23 @@ class Platform:
                                                       "replicas": spec.versions[0].replicas, "first_start": first})
                 applied[spec.name] = as_config
                 self.state.remember_applied(applied)
+            if first:
+                self._remove_dropped(client, applied)
+
+    def _remove_dropped(self, client, applied: dict) -> None:
+        """Deployments an earlier run applied from its config that this config no longer has
+        (a `models:` entry removed or renamed): deleted, their workers drained. Deployments made
+        with `mindmotor deploy apply` were never in `applied.json` and are left alone."""
+        for name in sorted(set(applied) - {spec.name for spec in self.specs}):
+            try:
+                client.delete(name)
+                log.warning("deleted a deployment an earlier run made from a config entry that is gone",
+                            extra={"deployment": name})
+            except grpc.RpcError as exc:
+                if exc.code() != grpc.StatusCode.NOT_FOUND:
+                    raise
+            del applied[name]
+            self.state.remember_applied(applied)
 
     def _first_apply(self) -> None:
         """Apply the config's deployments; a deployer on Redis stands by (UNAVAILABLE) while the
