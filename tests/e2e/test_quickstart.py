@@ -7,7 +7,8 @@ install is skipped (.ci/run has just installed the same into .venv, which the cl
 training runs 2 steps on 200 kB of the corpus instead of the preset's 400 steps on 4 MB (about 2-3
 minutes on 2 idle cores; the rest of the flow is the same whatever the step count); `up` runs one
 worker and one coordinator replica instead of two each (`MINDMOTOR_MODELS`, `MINDMOTOR_COORDINATORS`),
-in a state directory and on a free port of the test's own."""
+in a state directory and on a free port of the test's own. The clone is of the last commit:
+uncommitted changes are not in it (as on a user's fresh clone)."""
 
 from __future__ import annotations
 
