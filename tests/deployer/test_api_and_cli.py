@@ -148,3 +148,30 @@ def test_deploy_finds_the_running_up_through_its_state_directory_unless_told_oth
     assert resolved() == ("127.0.0.1:41000", (None, None, None))      # the environment's files are used
     (state / "up.json").unlink()
     assert resolved() == (DEFAULT_DEPLOYER, (None, None, None))
+
+
+def test_a_refusal_says_what_its_details_do_not(tmp_path):
+    """No `up` found and the default address refused: say so (not a bare 'Connection refused'); the
+    `up` found has an admin token: say which variable."""
+    import argparse
+
+    import grpc
+
+    from mindmotor.deployer.cli import DEFAULT_DEPLOYER, _hint
+
+    class Refusal(grpc.RpcError):
+        def __init__(self, code, details):
+            self._code, self._details = code, details
+
+        def code(self):
+            return self._code
+
+        def details(self):
+            return self._details
+
+    refused = Refusal(grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses; Connection refused")
+    nobody = argparse.Namespace(deployer=DEFAULT_DEPLOYER, state_dir=str(tmp_path), found_up=None)
+    assert f"no `mindmotor up` is running on the state directory {tmp_path}" in _hint(nobody, refused)
+    assert _hint(argparse.Namespace(deployer="10.0.0.1:1", state_dir=None, found_up=None), refused) == ""
+    up = argparse.Namespace(deployer="127.0.0.1:41000", state_dir=None, found_up={"admin_token": True})
+    assert "$MINDMOTOR_ADMIN_TOKEN" in _hint(up, Refusal(grpc.StatusCode.UNAUTHENTICATED, "missing admin token"))

@@ -254,9 +254,10 @@ def _find_up(args) -> None:
     from mindmotor.common.rpc_args import ENV_CA, ENV_CERT, ENV_KEY
     from mindmotor.common.up_state import running_up
 
+    args.found_up = None
     if args.deployer:
         return
-    up = running_up(args.state_dir)
+    up = args.found_up = running_up(args.state_dir)
     args.deployer = up["deployer"] if up else DEFAULT_DEPLOYER
     tls_given = any((args.tls_ca, args.tls_cert, args.tls_key)) or any(os.environ.get(n) for n in (ENV_CA, ENV_CERT, ENV_KEY))
     if up and not tls_given and all((up.get("tls") or {}).get(k) for k in ("ca", "cert", "key")):
@@ -273,6 +274,23 @@ def _client(args):
     configure_from_args(args)
     return DeployerClient(args.deployer, secret("admin token", args.admin_token, args.admin_token_file,
                                                 ADMIN_TOKEN_ENV))
+
+
+def _hint(args, exc) -> str:
+    """What the refusal's details do not say: no `up` was found (the default address refused), the
+    `up` found wants its admin token, or the deployer wants TLS (`_tls_hint`)."""
+    import grpc
+
+    from mindmotor.common.up_state import default_state_dir
+
+    code, details = exc.code(), (exc.details() or "").lower()
+    up = getattr(args, "found_up", None)
+    if code == grpc.StatusCode.UNAVAILABLE and "refused" in details and up is None and args.deployer == DEFAULT_DEPLOYER:
+        return (f"\n  no `mindmotor up` is running on the state directory {args.state_dir or default_state_dir()} "
+                "and nothing answers at the default address: start one, or give --state-dir or --deployer")
+    if code == grpc.StatusCode.UNAUTHENTICATED and up and up.get("admin_token"):
+        return "\n  this `mindmotor up` has an admin token: set $MINDMOTOR_ADMIN_TOKEN or give --admin-token-file"
+    return _tls_hint(exc)
 
 
 def _tls_hint(exc) -> str:
@@ -307,7 +325,7 @@ def _run(args, call) -> int:
         with client:
             result = call(client)
     except grpc.RpcError as exc:
-        print(redact(f"deployer {args.deployer}: {exc.code().name}: {exc.details()}{_tls_hint(exc)}"), file=sys.stderr)
+        print(redact(f"deployer {args.deployer}: {exc.code().name}: {exc.details()}{_hint(args, exc)}"), file=sys.stderr)
         return EXIT_REFUSED
     except (TimeoutError, CommandFailed) as exc:
         print(str(exc), file=sys.stderr)
