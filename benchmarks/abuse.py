@@ -174,7 +174,7 @@ def metrics_text(up: ChildProcess) -> str:
 
 
 def up_metric_total(up: ChildProcess, name: str) -> float:
-    context = ssl.create_default_context(cafile=str(Path(up.ready["logs"]) / "pki" / "ca.pem"))
+    context = ssl.create_default_context(cafile=str(Path(up.ready["state_dir"]) / "pki" / "ca.pem"))
     text = httpx.get(f"https://127.0.0.1:{up.ready['metrics_port']}/metrics", verify=context, timeout=10).text
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
 
@@ -215,7 +215,7 @@ def percentile(values: list[float], q: float) -> float:
 
 def run(args: argparse.Namespace) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="mindmotor-abuse-"))
-    config = {"port": 0, "log_dir": str(tmp / "logs"), "coordinators": args.coordinators,
+    config = {"port": 0, "state_dir": str(tmp / "state"), "log_dir": str(tmp / "logs"), "coordinators": args.coordinators,
               "models": [{"workers": args.workers, "timing": args.timing}]}
     (tmp / "up.yaml").write_text(yaml.safe_dump(config))
     up = ChildProcess("up", ["up", "--config", str(tmp / "up.yaml")], "MINDMOTOR_UP_READY", tmp / "up.log")

@@ -97,7 +97,7 @@ def _service_up(up: ChildProcess, service: str) -> bool:
     """up's own /metrics: `mindmotor_up_service_up{service}` is 1 (it printed its ready line)."""
     import ssl
 
-    context = ssl.create_default_context(cafile=str(Path(up.ready["logs"]) / "pki" / "ca.pem"))
+    context = ssl.create_default_context(cafile=str(Path(up.ready["state_dir"]) / "pki" / "ca.pem"))
     try:
         text = httpx.get(f"https://127.0.0.1:{up.ready['metrics_port']}/metrics", verify=context, timeout=3).text
     except httpx.HTTPError:
@@ -297,7 +297,7 @@ def run(args: argparse.Namespace) -> dict:
     model_dir = Path(args.model) if args.model else write_tiny_checkpoint(tmp / "faults-model")
     redis = Redis(free_port(), tmp)
     redis.start()
-    config = {"port": 0, "log_dir": str(tmp / "logs"), "api_keys": [API_KEY], "rate_limit_rpm": 1_000_000,
+    config = {"port": 0, "state_dir": str(tmp / "state"), "log_dir": str(tmp / "logs"), "api_keys": [API_KEY], "rate_limit_rpm": 1_000_000,
               "redis_url": f"redis://127.0.0.1:{redis.port}/0", "redis_prefix": "mindmotor-faults:",
               "restart_backoff_s": 0.2,
               "models": [{"path": str(model_dir), "name": "faults", "workers": args.workers, "timing": "realtime",

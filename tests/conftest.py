@@ -22,6 +22,22 @@ DEFAULT_LOG_DIR_PATTERNS = ("/tmp/mindmotor-up-*", "/tmp/mindmotor-deployer-*")
 _session_started = time.time()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_state_in_the_home_directory(tmp_path_factory):
+    """A `mindmotor up` that a test starts without --state-dir keeps its state under the session's
+    temporary directory, never in the user's ~/.local/share/mindmotor (common/up_state.py)."""
+    import os
+
+    previous = os.environ.get("XDG_DATA_HOME")
+    os.environ["XDG_DATA_HOME"] = str(tmp_path_factory.mktemp("xdg-data"))
+    os.environ.pop("MINDMOTOR_STATE_DIR", None)
+    yield
+    if previous is None:
+        os.environ.pop("XDG_DATA_HOME", None)
+    else:
+        os.environ["XDG_DATA_HOME"] = previous
+
+
 @pytest.fixture(scope="session")
 def tiny_ckpt(tmp_path_factory):
     """A 2-layer GQA Llama with random weights and a trained 384-token BPE tokenizer."""

@@ -115,3 +115,63 @@ def test_sigterm_drains_the_replicas_and_exits(cluster):
     assert replica_pids(cluster.deployment) == {}
     wait_until(lambda: not cluster.instances(), what="the replica to deregister")
     assert '"deployer stopped"' in deployer.log_path.read_text()
+
+
+def test_deploy_finds_the_running_up_through_its_state_directory_unless_told_otherwise(tmp_path, monkeypatch):
+    """No --deployer: the deployer and admin certificate of the `up` whose up.json names a live
+    process; explicit TLS files (flags or environment) and an explicit address win; no `up`: the
+    default address."""
+    import json
+    import os
+
+    from mindmotor.cli import build_parser
+    from mindmotor.deployer.cli import DEFAULT_DEPLOYER, _find_up
+    from mindmotor.runtime.detached_process import proc_start_time
+
+    for name in ("MINDMOTOR_DEPLOYER", "MINDMOTOR_TLS_CA", "MINDMOTOR_TLS_CERT", "MINDMOTOR_TLS_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    state = tmp_path / "state"
+    state.mkdir()
+    tls = {"ca": "/s/pki/ca.pem", "cert": "/s/pki/admin.pem", "key": "/s/pki/admin-key.pem"}
+    (state / "up.json").write_text(json.dumps({"pid": os.getpid(), "pid_start": proc_start_time(os.getpid()),
+                                               "deployer": "127.0.0.1:41000", "tls": tls}))
+
+    def resolved(*argv):
+        args = build_parser().parse_args(["deploy", "list", "--state-dir", str(state), *argv])
+        _find_up(args)
+        return args.deployer, (args.tls_ca, args.tls_cert, args.tls_key)
+
+    assert resolved() == ("127.0.0.1:41000", (tls["ca"], tls["cert"], tls["key"]))
+    assert resolved("--tls-ca", "/mine/ca.pem") == ("127.0.0.1:41000", ("/mine/ca.pem", None, None))
+    assert resolved("--deployer", "10.0.0.1:50070") == ("10.0.0.1:50070", (None, None, None))
+    monkeypatch.setenv("MINDMOTOR_TLS_CA", "/env/ca.pem")
+    assert resolved() == ("127.0.0.1:41000", (None, None, None))      # the environment's files are used
+    (state / "up.json").unlink()
+    assert resolved() == (DEFAULT_DEPLOYER, (None, None, None))
+
+
+def test_a_refusal_says_what_its_details_do_not(tmp_path):
+    """No `up` found and the default address refused: say so (not a bare 'Connection refused'); the
+    `up` found has an admin token: say which variable."""
+    import argparse
+
+    import grpc
+
+    from mindmotor.deployer.cli import DEFAULT_DEPLOYER, _hint
+
+    class Refusal(grpc.RpcError):
+        def __init__(self, code, details):
+            self._code, self._details = code, details
+
+        def code(self):
+            return self._code
+
+        def details(self):
+            return self._details
+
+    refused = Refusal(grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses; Connection refused")
+    nobody = argparse.Namespace(deployer=DEFAULT_DEPLOYER, state_dir=str(tmp_path), found_up=None)
+    assert f"no `mindmotor up` is running on the state directory {tmp_path}" in _hint(nobody, refused)
+    assert _hint(argparse.Namespace(deployer="10.0.0.1:1", state_dir=None, found_up=None), refused) == ""
+    up = argparse.Namespace(deployer="127.0.0.1:41000", state_dir=None, found_up={"admin_token": True})
+    assert "$MINDMOTOR_ADMIN_TOKEN" in _hint(up, Refusal(grpc.StatusCode.UNAUTHENTICATED, "missing admin token"))

@@ -20,7 +20,7 @@ from .conftest import wait_until
 def platform(e2e_model, tmp_path_factory):
     logs = tmp_path_factory.mktemp("up")
     up = ChildProcess("up", ["up", "--model", str(e2e_model), "--port", "0", "--timing", "virtual",
-                             "--workers", "2"], "MINDMOTOR_UP_READY", logs / "up.log")
+                             "--workers", "2", "--state-dir", str(logs / "state")], "MINDMOTOR_UP_READY", logs / "up.log")
     try:
         up.wait_ready(180)
         yield up
@@ -76,7 +76,8 @@ def test_errors_use_the_openai_body(client, e2e_model):
 
 def test_ctrl_c_drains_a_stream_and_stops_every_service(e2e_model, tmp_path):
     up = ChildProcess("up", ["up", "--model", str(e2e_model), "--port", "0", "--timing", "virtual",
-                             "--workers", "1"], "MINDMOTOR_UP_READY", tmp_path / "up.log")
+                             "--workers", "1", "--state-dir", str(tmp_path / "state")], "MINDMOTOR_UP_READY",
+                      tmp_path / "up.log")
     try:
         up.wait_ready(180)
         children = child_pids(up.proc.pid)
@@ -108,7 +109,8 @@ def test_ctrl_c_drains_a_stream_and_stops_every_service(e2e_model, tmp_path):
 def test_killing_the_supervisor_takes_its_services_down(e2e_model, tmp_path):
     """Even SIGKILL of `mindmotor up` leaves no service behind (they get SIGTERM from the kernel)."""
     up = ChildProcess("up", ["up", "--model", str(e2e_model), "--port", "0", "--timing", "virtual",
-                             "--workers", "1"], "MINDMOTOR_UP_READY", tmp_path / "up.log")
+                             "--workers", "1", "--state-dir", str(tmp_path / "state")], "MINDMOTOR_UP_READY",
+                      tmp_path / "up.log")
     try:
         up.wait_ready(180)
         children = descendants(up.proc.pid)

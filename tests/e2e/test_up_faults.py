@@ -35,7 +35,7 @@ API_KEY = given_secret("sk-e2e-up-faults-key")
 ADMIN_TOKEN = given_secret("e2e-up-faults-admin-token")
 def admin_env(ready: dict[str, str]) -> dict[str, str]:
     """The TLS files of the admin certificate `up` made under its log directory (docs/security.md)."""
-    pki = Path(ready["logs"]) / "pki"
+    pki = Path(ready["state_dir"]) / "pki"
     return {"MINDMOTOR_TLS_CA": str(pki / "ca.pem"), "MINDMOTOR_TLS_CERT": str(pki / "admin.pem"),
             "MINDMOTOR_TLS_KEY": str(pki / "admin-key.pem")}
 
@@ -65,7 +65,7 @@ def platform(e2e_model, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("up-faults")
     api, controller, admin, deployer, deployer_metrics, metrics = free_ports(6)
     config = {
-        "port": api, "log_dir": str(tmp / "logs"), "api_keys": [API_KEY], "admin_token": ADMIN_TOKEN,
+        "port": api, "state_dir": str(tmp / "state"), "log_dir": str(tmp / "logs"), "api_keys": [API_KEY], "admin_token": ADMIN_TOKEN,
         "ports": {"controller": controller, "controller_admin": admin, "deployer": deployer,
                   "deployer_metrics": deployer_metrics, "metrics": metrics},
         "restart_backoff_s": 0.2, "stable_after_s": 2.0,

@@ -23,7 +23,7 @@ MAX_TOKENS = 16
 def test_up_with_a_prefill_and_a_decode_worker(e2e_model, tmp_path):
     config = tmp_path / "up-pd.yaml"
     config.write_text(yaml.safe_dump({
-        "port": 0, "log_dir": str(tmp_path / "logs"),
+        "port": 0, "state_dir": str(tmp_path / "state"), "log_dir": str(tmp_path / "logs"),
         "models": [{"path": str(e2e_model), "timing": "virtual", "roles": ["prefill", "decode"], "node": "n0"}]}))
     up = ChildProcess("up", ["up", "--config", str(config)], "MINDMOTOR_UP_READY", tmp_path / "up.log")
     try:

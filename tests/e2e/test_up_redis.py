@@ -29,7 +29,7 @@ def up_on_redis(e2e_model, tmp_path):
     prefix = f"mindmotor-e2e-up:{uuid.uuid4().hex}:"
     (tmp_path / "up.yaml").write_text(yaml.safe_dump({
         "port": 0, "redis_url": REDIS_URL, "redis_prefix": prefix, "admin_token": TOKEN, "restart_backoff_s": 0.2,
-        "log_dir": str(tmp_path / "logs"), "models": [{"path": str(e2e_model), "name": "canary", "workers": 1,
+        "state_dir": str(tmp_path / "state"), "log_dir": str(tmp_path / "logs"), "models": [{"path": str(e2e_model), "name": "canary", "workers": 1,
                                                        "timing": "virtual"}]}))
     up = ChildProcess("up", ["up", "--config", str(tmp_path / "up.yaml")], "MINDMOTOR_UP_READY", tmp_path / "up.log")
     try:
@@ -108,7 +108,7 @@ def test_a_redis_back_empty_replaces_no_worker(e2e_model, tmp_path):
     with RedisServer() as server:
         (tmp_path / "up.yaml").write_text(yaml.safe_dump({
             "port": 0, "redis_url": server.url, "admin_token": TOKEN, "restart_backoff_s": 0.2,
-            "log_dir": str(tmp_path / "logs"), "models": [{"path": str(e2e_model), "name": "empty", "workers": 2,
+            "state_dir": str(tmp_path / "state"), "log_dir": str(tmp_path / "logs"), "models": [{"path": str(e2e_model), "name": "empty", "workers": 2,
                                                            "timing": "virtual"}]}))
         up = ChildProcess("up", ["up", "--config", str(tmp_path / "up.yaml")], "MINDMOTOR_UP_READY",
                           tmp_path / "up.log")

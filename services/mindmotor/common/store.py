@@ -442,9 +442,14 @@ class RedisStore(Store):
 
 def open_store(url: str | None, prefix: str = DEFAULT_PREFIX) -> Store:
     """`None`, "" or "memory://": a `MemoryStore`; "redis://…" / "rediss://…" / "unix://…": a
-    `RedisStore` (nothing is contacted until the first operation)."""
+    `RedisStore` (nothing is contacted until the first operation); "file:PATH": a `FileStore`
+    (one process's state kept in a file: common/file_store.py)."""
     if not url or url.startswith("memory:"):
         return MemoryStore(prefix)
+    if url.startswith("file:"):
+        from .file_store import FileStore
+
+        return FileStore(url[len("file:"):], prefix)
     if url.startswith(("redis://", "rediss://", "unix://")):
         return RedisStore(url, prefix)
-    raise ValueError(f"unsupported store URL {url!r} (expected redis://host:port/db or memory://)")
+    raise ValueError(f"unsupported store URL {url!r} (expected redis://host:port/db, file:PATH or memory://)")

@@ -13,7 +13,9 @@
 `--port 0` a free port is picked); every flag of `deployer` has a `MINDMOTOR_*` environment variable
 and a key in its `--config` YAML file (deployer/config.py), flags winning over the environment, which
 wins over the file; logs are JSON lines on stderr; SIGTERM drains its local replicas
-and exits. `deploy` talks to it (`--deployer`, default $MINDMOTOR_DEPLOYER or 127.0.0.1:50070;
+and exits. `deploy` talks to it (`--deployer`, default $MINDMOTOR_DEPLOYER, else the deployer of the
+`mindmotor up` running on `--state-dir` — its address and admin certificate from its `up.json` — else
+127.0.0.1:50070;
 `--admin-token-file`, default $MINDMOTOR_ADMIN_TOKEN); exit status 0 done, 1 refused or failed (the
 reason on stderr), 2 a spec or arguments that are wrong before anything is sent. Nothing heavy is
 imported until a command runs.
@@ -29,6 +31,7 @@ from mindmotor.common.exposure import add_admin_arguments
 from mindmotor.common.settings_flags import Flags, SettingsHelpFormatter
 
 EXIT_REFUSED, EXIT_USAGE = 1, 2
+DEFAULT_DEPLOYER = "127.0.0.1:50070"
 
 
 class CommandFailed(Exception):
@@ -75,6 +78,9 @@ def _register_deployer(subparsers) -> None:
                                  "or the file)")
     add(ctl, "--redis-prefix",
         help="prefix of every Redis key; the deployer's are under <prefix>deployer: (default: %(default)s)")
+    add(ctl, "--store-file", metavar="FILE",
+        help="without Redis: keep the deployments in this JSON file, so a restarted deployer recovers "
+             "them (one deployer per file; `mindmotor up` uses its state directory's)")
 
     timing = parser.add_argument_group("reconcile")
     add(timing, "--reconcile-interval", type=float, setting="reconcile_interval_s",
@@ -174,8 +180,13 @@ def run_deployer(args: argparse.Namespace) -> int:
 # ---- mindmotor deploy ... ---------------------------------------------------------------------
 def _register_deploy(subparsers) -> None:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--deployer", default=os.environ.get("MINDMOTOR_DEPLOYER") or "127.0.0.1:50070",
-                        help="the deployer's gRPC address (default: $MINDMOTOR_DEPLOYER or %(default)s)")
+    common.add_argument("--deployer", default=os.environ.get("MINDMOTOR_DEPLOYER") or None, metavar="HOST:PORT",
+                        help="the deployer's gRPC address (default: $MINDMOTOR_DEPLOYER, else the running "
+                             f"`mindmotor up`'s, found in its state directory, else {DEFAULT_DEPLOYER})")
+    common.add_argument("--state-dir", default=None, metavar="DIR",
+                        help="the state directory of the `mindmotor up` to talk to when no --deployer is given: "
+                             "its deployer and admin certificate (default: $MINDMOTOR_STATE_DIR, else "
+                             "$XDG_DATA_HOME/mindmotor, i.e. ~/.local/share/mindmotor)")
     common.add_argument("--admin-token-file", default=None, metavar="FILE",
                         help="file holding the Deployer's admin token (default: $MINDMOTOR_ADMIN_TOKEN)")
     common.add_argument("--admin-token", default=None, help="the token itself (discouraged)")
@@ -236,15 +247,50 @@ def _register_deploy(subparsers) -> None:
     rollback.set_defaults(func=cmd_rollback)
 
 
+def _find_up(args) -> None:
+    """Without --deployer (or $MINDMOTOR_DEPLOYER): the deployer of the `mindmotor up` running on
+    the state directory, and — unless TLS files are given by flag or environment — its admin
+    certificate (common/up_state.py); no such `up`: the default address."""
+    from mindmotor.common.rpc_args import ENV_CA, ENV_CERT, ENV_KEY
+    from mindmotor.common.up_state import running_up
+
+    args.found_up = None
+    if args.deployer:
+        return
+    up = args.found_up = running_up(args.state_dir)
+    args.deployer = up["deployer"] if up else DEFAULT_DEPLOYER
+    tls_given = any((args.tls_ca, args.tls_cert, args.tls_key)) or any(os.environ.get(n) for n in (ENV_CA, ENV_CERT, ENV_KEY))
+    if up and not tls_given and all((up.get("tls") or {}).get(k) for k in ("ca", "cert", "key")):
+        args.tls_ca, args.tls_cert, args.tls_key = up["tls"]["ca"], up["tls"]["cert"], up["tls"]["key"]
+
+
 def _client(args):
     from mindmotor.common.rpc import configure_from_args
     from mindmotor.common.secrets import ADMIN_TOKEN_ENV, secret
 
     from .client import DeployerClient
 
+    _find_up(args)
     configure_from_args(args)
     return DeployerClient(args.deployer, secret("admin token", args.admin_token, args.admin_token_file,
                                                 ADMIN_TOKEN_ENV))
+
+
+def _hint(args, exc) -> str:
+    """What the refusal's details do not say: no `up` was found (the default address refused), the
+    `up` found wants its admin token, or the deployer wants TLS (`_tls_hint`)."""
+    import grpc
+
+    from mindmotor.common.up_state import default_state_dir
+
+    code, details = exc.code(), (exc.details() or "").lower()
+    up = getattr(args, "found_up", None)
+    if code == grpc.StatusCode.UNAVAILABLE and "refused" in details and up is None and args.deployer == DEFAULT_DEPLOYER:
+        return (f"\n  no `mindmotor up` is running on the state directory {args.state_dir or default_state_dir()} "
+                "and nothing answers at the default address: start one, or give --state-dir or --deployer")
+    if code == grpc.StatusCode.UNAUTHENTICATED and up and up.get("admin_token"):
+        return "\n  this `mindmotor up` has an admin token: set $MINDMOTOR_ADMIN_TOKEN or give --admin-token-file"
+    return _tls_hint(exc)
 
 
 def _tls_hint(exc) -> str:
@@ -259,7 +305,7 @@ def _tls_hint(exc) -> str:
         return ""
     return ("\n  if the deployer requires TLS client certificates (every deployer `mindmotor up` starts does): "
             "give --tls-ca, --tls-cert and --tls-key (or MINDMOTOR_TLS_CA/_CERT/_KEY), e.g. the admin "
-            "certificate of `mindmotor up`'s log directory")
+            "certificate in `mindmotor up`'s state directory (found without flags while that `up` runs)")
 
 
 def _run(args, call) -> int:
@@ -279,7 +325,7 @@ def _run(args, call) -> int:
         with client:
             result = call(client)
     except grpc.RpcError as exc:
-        print(redact(f"deployer {args.deployer}: {exc.code().name}: {exc.details()}{_tls_hint(exc)}"), file=sys.stderr)
+        print(redact(f"deployer {args.deployer}: {exc.code().name}: {exc.details()}{_hint(args, exc)}"), file=sys.stderr)
         return EXIT_REFUSED
     except (TimeoutError, CommandFailed) as exc:
         print(str(exc), file=sys.stderr)

@@ -61,6 +61,8 @@ class DeployerConfig(ServiceSettings):
     redis_url: str | None = None           # $MINDMOTOR_REDIS_URL or the file; none: in memory (deployments die
     redis_url_file: str | None = None      # with the process)
     redis_prefix: str = DEFAULT_PREFIX     # the deployer's keys live under <prefix>deployer:
+    store_file: Path | None = None         # without Redis: deployments kept in this JSON file (one deployer;
+                                           # `mindmotor up` gives <state dir>/deployer-store.json)
     admin_token: str | None = None         # $MINDMOTOR_ADMIN_TOKEN or the file; none: the Deployer API is open
     admin_token_file: str | None = None
     allow_open_admin: bool = False         # open beyond loopback on purpose
@@ -104,6 +106,8 @@ class DeployerConfig(ServiceSettings):
             raise ValueError("the controller replicas register with is required: --controller HOST:PORT "
                              "(or MINDMOTOR_CONTROLLERS, or `controllers:` in the --config file)")
         require_admin_token("the Deployer", self.host, self.admin_token, self.allow_open_admin)
+        if self.redis_url and self.store_file:
+            raise ValueError("give the deployer one store: a Redis URL or a store file, not both")
         return self
 
     @property
@@ -119,7 +123,12 @@ class DeployerConfig(ServiceSettings):
 
     @property
     def store_kind(self) -> str:
-        return "redis" if self.redis_url else "memory"
+        return "redis" if self.redis_url else "file" if self.store_file else "memory"
+
+    @property
+    def store_url(self) -> str | None:
+        """What `common.store.open_store` opens: the Redis URL, else the store file, else memory."""
+        return self.redis_url or (f"file:{self.store_file}" if self.store_file else None)
 
     @property
     def traffic_token(self) -> str | None:

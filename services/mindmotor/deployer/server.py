@@ -54,7 +54,7 @@ class DeployerServer:
 
     def __init__(self, config: DeployerConfig, store: Store | None = None, backend: Backend | None = None):
         self.config = config
-        self.store = store or open_store(config.redis_url, config.store_prefix)
+        self.store = store or open_store(config.store_url, config.store_prefix)
         self.metrics = DeployerMetrics()
         self.backend = backend or make_backend(config)
         self.controller = ControllerLink(config.controllers, config.traffic_token, on_change=self._table_changed)
@@ -166,6 +166,7 @@ async def serve(config: DeployerConfig) -> int:
             "port": server.port, "metrics_port": server.metrics_port, "backend": server.backend.kind,
             "controllers": config.controllers, "store": config.store_kind,
             "store_prefix": config.store_prefix if config.redis_url else None,
+            **({"store_file": str(config.store_file)} if config.store_file else {}),
             "deployments": len(server.reconciler.status), "auth": bool(config.admin_token),
             "deployer_id": config.deployer_id, "owner": server.elector.is_leader})
         print(ready_line(server.port, server.metrics_port), file=sys.stdout, flush=True)

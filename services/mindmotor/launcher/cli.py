@@ -21,6 +21,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--api-key-file", default=None, metavar="FILE",
                         help="the API keys the coordinators accept, one a line (also: $MINDMOTOR_API_KEYS, "
                              "comma-separated); without keys the API is open")
+    parser.add_argument("--state-dir", default=None, metavar="DIR",
+                        help="PKI, deployments, ports and logs, kept across restarts and locked while this runs "
+                             "(also: $MINDMOTOR_STATE_DIR, `state_dir:`; default: $XDG_DATA_HOME/mindmotor, "
+                             "i.e. ~/.local/share/mindmotor)")
+    parser.add_argument("--log-dir", default=None, metavar="DIR", help="the services' logs (default: STATE_DIR/logs)")
     parser.add_argument("--log-level", default="INFO")
     parser.set_defaults(func=run_up)
 
@@ -39,7 +44,8 @@ def run_up(args: argparse.Namespace) -> int:
 
     setup_logging("up", args.log_level)
     try:
-        config = PlatformConfig.load(args.config, host=args.host, port=args.port, api_key_file=args.api_key_file)
+        config = PlatformConfig.load(args.config, host=args.host, port=args.port, api_key_file=args.api_key_file,
+                                     state_dir=args.state_dir, log_dir=args.log_dir)
         changes = {k: v for k, v in {"workers": args.workers, "path": args.model,
                                      "timing": args.timing}.items() if v is not None}
         if changes:                                    # the first model's, checked again

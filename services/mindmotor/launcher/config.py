@@ -78,7 +78,8 @@ class PlatformConfig(ServiceSettings):
     admin_token: str | None = None
     admin_token_file: str | None = None
     rate_limit_rpm: float = Field(0.0, ge=0)
-    log_dir: str | None = None
+    state_dir: str | None = None                     # None: $XDG_DATA_HOME/mindmotor (common/up_state.py)
+    log_dir: str | None = None                       # None: <state_dir>/logs
     ready_timeout_s: float = Field(120.0, gt=0)
     restart_backoff_s: float = Field(0.5, gt=0)
     restart_backoff_max_s: float = Field(30.0, gt=0)

@@ -12,31 +12,40 @@ answer its liveness probe (SIGSTOPped, stuck: `runtime/liveness.py`) is SIGKILLe
 the same way. Stop (Ctrl-C or SIGTERM): coordinator (finishes its streams) → deployer (its workers
 drain) → controller; the services run in process groups of their own, so a terminal's Ctrl-C reaches
 `up` alone and the drain happens in that order. A second Ctrl-C (or SIGTERM) stops at once: every
-service SIGKILLed, exit status 130 (143). Exit status: 0 stopped, 1 did not start, 2 bad settings.
+service SIGKILLed, exit status 130 (143). Exit status: 0 stopped, 1 did not start, 2 bad settings,
+3 the state directory is held by another `up`.
+
+State: one directory (`state_dir.py`; default `$XDG_DATA_HOME/mindmotor`), locked for this process's
+life — the PKI, the deployer's store file (deployments, rollouts, promotions), the ports of the last
+run (reused where the config says 0), the logs, and while serving `up.json`, through which
+`mindmotor deploy` finds this `up`. A restart on it comes back with the same CA, ports and
+deployments. Nothing temporary outlives the process.
 
 Secrets (API keys, the admin token, the Redis URL) reach the services through their environment,
 built in one place (`child_env`), never through their command lines. Every gRPC call between them
-is mutual TLS: a cluster CA and a certificate per service under <log dir>/pki
+is mutual TLS: a cluster CA and a certificate per service under <state dir>/pki
 (`cluster_pki.child_environments`), each service's files in its environment; `up` itself calls the
-deployer with the `admin` certificate, and prints the flags that make `mindmotor deploy` one.
+deployer with the `admin` certificate, whose paths `up.json` gives `mindmotor deploy`.
 
 A deployer that dies costs no worker: `up` is the child subreaper of everything it starts
 (`runtime/subreaper.py`) and the deployer's replicas are started as `up`'s (MINDMOTOR_REPLICA_ANCHOR:
 their parent is `up`, they die with `up`), so they go on serving while the deployer is down and the
 restarted deployer adopts them from its replica records (deployer/backends/local.py); `up` reaps
-the ones that exit meanwhile. Deployments come back from Redis if `redis_url` is set (rollouts in
-progress survive), else from the config, which `up` applies again (a rollout since the start is
-forgotten; the deployer keeps the replicas it adopted until then — its orphan grace).
+the ones that exit meanwhile. Deployments come back from the deployer's store — Redis if
+`redis_url` is set, else the state directory's store file — with rollouts since; `up` applies a
+config's deployment again only where the deployer lacks it or the config changed it.
 """
 
 from __future__ import annotations
 
+import errno
+import json
 import logging
 import os
 import secrets
 import shutil
 import socket
-import tempfile
+import sys
 import threading
 import time
 from pathlib import Path
@@ -57,16 +66,18 @@ from mindmotor.runtime.stop_signals import StopSignals
 from mindmotor.runtime.subreaper import become_subreaper
 from mindmotor.runtime.supervisor import Service, Supervisor
 from mindmotor.runtime.supervisor_metrics import SupervisorMetrics
+from mindmotor.common.up_state import default_state_dir
+from mindmotor.runtime.detached_process import proc_start_time
 
 from .cluster_pki import child_environments
 from .config import PlatformConfig
 from .deployments import deployment_specs
+from .state_dir import StateDir, StateDirBusy
 
 log = logging.getLogger("mindmotor.up")
 
 READY_PREFIX = "MINDMOTOR_UP_READY"
 CONTROLLER, DEPLOYER, COORDINATOR = "controller", "deployer", "coordinator"
-RESPONSES_DB = "responses.db"             # the replicas' stored responses (/v1/responses), one SQLite file
 METRICS_DIR = "coordinator-metrics"      # the replicas' shared Prometheus files (multiprocess mode)
 CHECK_S = 0.2                 # how often the supervisor looks at its services
 ENSURE_EVERY_S = 2.0          # how often the config's deployments are checked to be in the deployer
@@ -74,6 +85,7 @@ DEPLOYER_CALL_S = 30.0        # Apply (verifies the checkpoint), Delete
 CHECK_CALL_S = 3.0            # Get, from the supervisor's loop
 SECRET_VARIABLES = ("MINDMOTOR_API_KEYS", "MINDMOTOR_ADMIN_TOKEN", "MINDMOTOR_REDIS_URL")
 BACKLOG = 2048
+EXIT_STOPPED, EXIT_NOT_STARTED, EXIT_BAD_CONFIG, EXIT_STATE_BUSY = 0, 1, 2, 3
 
 
 def child_env(service: str, config: PlatformConfig) -> dict[str, str | None]:
@@ -118,7 +130,8 @@ class Platform:
     def __init__(self, config: PlatformConfig):
         self.config = config
         self.specs: list[DeploymentSpec] = deployment_specs(config)     # ValueError before anything starts
-        self.log_dir = Path(config.log_dir or tempfile.mkdtemp(prefix="mindmotor-up-"))
+        self.state = StateDir(config.state_dir or default_state_dir())  # OSError: cannot be made
+        self.log_dir = Path(config.log_dir).expanduser().resolve() if config.log_dir else self.state.logs
         self.metrics = SupervisorMetrics()
         backoff = RestartBackoff(config.restart_backoff_s, config.restart_backoff_max_s)
         self.supervisor = Supervisor(self.log_dir, backoff, config.stable_after_s, self.metrics)
@@ -154,6 +167,7 @@ class Platform:
         return ["deployer", "--host", cfg.host, "--port", str(self.ports.deployer), "--metrics-port",
                 str(self.ports.deployer_metrics), "--controller", self.controller_address, "--worker-host", cfg.host,
                 "--redis-prefix", cfg.redis_prefix, "--log-dir", str(self.log_dir / "workers"),
+                *([] if cfg.redis_url else ["--store-file", str(self.state.deployer_store)]),
                 "--restart-backoff", str(cfg.restart_backoff_s),
                 "--restart-backoff-max", str(cfg.restart_backoff_max_s),
                 "--coordinator", f"http://{cfg.host}:{self.port}",     # its /metrics judge canaries
@@ -199,11 +213,11 @@ class Platform:
         return self._service(name, lambda: self._coordinator_args(name), "MINDMOTOR_COORDINATOR_READY",
                              role=COORDINATOR, pass_fds=(self.public.fileno(),),
                              on_ready=lambda service: self.replica_ports.update({name: int(service.ready["replica_port"])}),
-                             on_death=lambda service, pid: forget_replica(self.log_dir / METRICS_DIR, pid))
+                             on_death=lambda service, pid: forget_replica(self.state.run / METRICS_DIR, pid))
 
     def _coordinator_env(self) -> dict[str, str]:
-        return {MULTIPROC_ENV: str(self.log_dir / METRICS_DIR), "MINDMOTOR_RESUME_KEY": self.resume_key,
-                "MINDMOTOR_RESPONSES_STORE_PATH": str(self.log_dir / RESPONSES_DB)}   # /v1/responses, shared
+        return {MULTIPROC_ENV: str(self.state.run / METRICS_DIR), "MINDMOTOR_RESUME_KEY": self.resume_key,
+                "MINDMOTOR_RESPONSES_STORE_PATH": str(self.state.responses)}   # /v1/responses: one file, kept
 
     def _liveness_url(self, service: str):
         """What the service's own server answers (runtime/liveness.py): asked at each probe (ports are
@@ -224,7 +238,8 @@ class Platform:
     def start(self) -> None:
         cfg, timeout = self.config, self.config.ready_timeout_s
         become_subreaper()          # before any child: the deployer's replicas are then up's (see above)
-        self.tls_env = child_environments(self.log_dir)
+        self.tls_env = child_environments(self.state.path)
+        self._reuse_ports()
         own = self.tls_env["coordinator"]            # up's /metrics: HTTPS with the coordinator's certificate
         self._metrics_http, self.metrics_port = serve_up_metrics(
             self.metrics, cfg.host, self.ports.metrics, files=(own["MINDMOTOR_TLS_CERT"], own["MINDMOTOR_TLS_KEY"]))
@@ -244,13 +259,50 @@ class Platform:
         self._first_apply()
         self._wait_routable(sum(spec.versions[0].replicas for spec in self.specs))
 
+    def _reuse_ports(self) -> None:
+        """The ports of the last run on this state directory wherever the config says 0 (a free
+        one), so a restart comes back where it was; one that something else took meanwhile is
+        replaced by a free one, with a warning."""
+        last, host = self.state.remembered_ports(), self.config.host
+
+        def reuse(what: str, current: int) -> int:
+            port = last.get(what)
+            if current or not isinstance(port, int) or not port:
+                return current
+            if _can_bind(host, port):
+                return port
+            log.warning("a port of the last run is taken now; using another", extra={"service": what, "port": port})
+            return 0
+
+        self.port = reuse("port", self.port)
+        for name in type(self.ports).model_fields:
+            setattr(self.ports, name, reuse(name, getattr(self.ports, name)))
+        for name in self.coordinator_names:
+            if port := reuse(name, 0):
+                self.replica_ports[name] = port
+
+    def remember(self) -> None:
+        """Once serving: the ports for the next run, and `up.json` for `mindmotor deploy` & co.
+        (common/up_state.py) — endpoints and certificate paths, no secret."""
+        ports = {"port": self.port, **self.ports.model_dump(), "metrics": self.metrics_port, **self.replica_ports}
+        self.state.remember_ports(ports)
+        admin = self.tls_env.get("admin", {})
+        self.state.write_up_file({
+            "pid": os.getpid(), "pid_start": proc_start_time(os.getpid()), "url": self.url,
+            "state_dir": str(self.state.path), "logs": str(self.log_dir), "ports": ports,
+            "controller": self.controller_address, "deployer": self.deployer_address,
+            "deployments": [spec.name for spec in self.specs], "admin_token": bool(self.config.admin_token),
+            "api_keys": bool(self.config.api_keys),
+            "tls": {"ca": admin.get("MINDMOTOR_TLS_CA"), "cert": admin.get("MINDMOTOR_TLS_CERT"),
+                    "key": admin.get("MINDMOTOR_TLS_KEY")}})
+
     def _listen(self) -> None:
         """The API's socket, bound and listening here for the platform's life: every coordinator
         replica accepts from it (inherited), so while one restarts the others take its share and
         a new connection waits in the backlog rather than being refused, even with none up."""
         from mindmotor.coordinator.http.server import bind_socket
 
-        metrics_dir = self.log_dir / METRICS_DIR
+        metrics_dir = self.state.run / METRICS_DIR
         shutil.rmtree(metrics_dir, ignore_errors=True)          # counters of an earlier run
         metrics_dir.mkdir(parents=True)
         self.public = bind_socket(self.config.host, self.port)
@@ -270,13 +322,6 @@ class Platform:
         env = self.tls_env["admin"]
         return RpcSecurity.load(env["MINDMOTOR_TLS_CA"], env["MINDMOTOR_TLS_CERT"], env["MINDMOTOR_TLS_KEY"])
 
-    def admin_flags(self) -> str:
-        """The flags that make `mindmotor deploy` / `npu-smi --worker` an admin of this platform."""
-        env = self.tls_env.get("admin", {})
-        return " ".join(f"--{flag} {env[name]}" for flag, name in (
-            ("tls-ca", "MINDMOTOR_TLS_CA"), ("tls-cert", "MINDMOTOR_TLS_CERT"), ("tls-key", "MINDMOTOR_TLS_KEY"))
-            if name in env)
-
     def _missing_deployments(self) -> list[DeploymentSpec]:
         """The config's deployments the deployer does not have (short calls: the supervisor's
         loop waits on them)."""
@@ -285,14 +330,22 @@ class Platform:
 
     def _apply_deployments(self, first: bool) -> None:
         """The config's deployments in the deployer: at the first start, created or brought to the
-        config (one left in Redis by an earlier `up` that cannot be updated is replaced); later,
-        created only where missing (a deployer on Redis still has them after a restart, with any
-        rollout since)."""
+        config (one left by an earlier `up` that cannot be updated is replaced) — unless the
+        deployer has it already and the config did not change it since it was last applied from
+        this state directory: then it stays as the last run left it (a promoted version stays
+        promoted); later, created only where missing (a deployer on a store still has them after
+        a restart, with any rollout since)."""
         specs = self.specs if first else self._missing_deployments()
         if not specs:
             return
+        applied = self.state.applied_specs()
         with self._deployer_client() as client:
             for spec in specs:
+                as_config = json.loads(json.dumps(spec.to_dict()))
+                if first and applied.get(spec.name) == as_config and _exists(client, spec.name):
+                    log.info("deployment kept as the last run left it (the config did not change it)",
+                             extra={"deployment": spec.name})
+                    continue
                 if not first:
                     log.warning("the deployer does not have a deployment of the config; applying it again",
                                 extra={"deployment": spec.name})
@@ -308,6 +361,25 @@ class Platform:
                     client.apply(spec)
                 log.info("deployment applied", extra={"deployment": spec.name, "model": spec.model,
                                                       "replicas": spec.versions[0].replicas, "first_start": first})
+                applied[spec.name] = as_config
+                self.state.remember_applied(applied)
+            if first:
+                self._remove_dropped(client, applied)
+
+    def _remove_dropped(self, client, applied: dict) -> None:
+        """Deployments an earlier run applied from its config that this config no longer has
+        (a `models:` entry removed or renamed): deleted, their workers drained. Deployments made
+        with `mindmotor deploy apply` were never in `applied.json` and are left alone."""
+        for name in sorted(set(applied) - {spec.name for spec in self.specs}):
+            try:
+                client.delete(name)
+                log.warning("deleted a deployment an earlier run made from a config entry that is gone",
+                            extra={"deployment": name})
+            except grpc.RpcError as exc:
+                if exc.code() != grpc.StatusCode.NOT_FOUND:
+                    raise
+            del applied[name]
+            self.state.remember_applied(applied)
 
     def _first_apply(self) -> None:
         """Apply the config's deployments; a deployer on Redis stands by (UNAVAILABLE) while the
@@ -412,6 +484,19 @@ def _exists(client, name: str) -> bool:
         raise
 
 
+def _can_bind(host: str, port: int) -> bool:
+    """Whether a server could listen on host:port now (nothing else listens there)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                return False
+            raise
+    return True
+
+
 def _bundled_model() -> Path:
     from mindmotor.model.checkpoint import resolve_model_dir
 
@@ -430,9 +515,21 @@ def run(config: PlatformConfig) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)   # the readiness polls are not news
     try:
         platform = Platform(config)
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:
         log.error("bad platform config", extra={"error": str(exc)})
-        return 2
+        return EXIT_BAD_CONFIG
+    try:
+        platform.state.lock(platform.log_dir)
+    except StateDirBusy as exc:
+        print(f"mindmotor up: {exc}", file=sys.stderr, flush=True)
+        return EXIT_STATE_BUSY
+    try:
+        return _serve(platform)
+    finally:
+        platform.state.close()          # up.json and the run's scratch files go, the lock is released
+
+
+def _serve(platform: Platform) -> int:
     signals = StopSignals(force=platform.supervisor.kill_all)   # a second Ctrl-C or SIGTERM: at once
     signals.install()
     stop = signals.requested
@@ -442,14 +539,17 @@ def run(config: PlatformConfig) -> int:
         message = f"{exc.code().name}: {exc.details()}" if isinstance(exc, grpc.RpcError) else str(exc)
         log.error("the platform did not start", extra={"error": message, "logs": str(platform.log_dir)})
         platform.stop()
-        return 1
-    announce(platform)
-    if warning := open_api_warning(config.host, bool(config.api_keys)):
-        log.warning(warning)
-    platform.watch(stop)
-    print("stopping MindMotor (draining) ...", flush=True)
-    platform.stop()
-    return 0
+        return EXIT_NOT_STARTED
+    try:
+        platform.remember()
+        announce(platform)
+        if warning := open_api_warning(platform.config.host, bool(platform.config.api_keys)):
+            log.warning(warning)
+        platform.watch(stop)
+        print("stopping MindMotor (draining) ...", flush=True)
+    finally:
+        platform.stop()
+    return EXIT_STOPPED
 
 
 def announce(platform: Platform) -> None:
@@ -459,7 +559,7 @@ def announce(platform: Platform) -> None:
     token = "   (with $MINDMOTOR_ADMIN_TOKEN set)" if cfg.admin_token else ""
     workers = sum(s.versions[0].replicas for s in platform.specs)
     print(f"""
-MindMotor is up: {platform.url}/v1   ({workers} workers; logs in {platform.log_dir})
+MindMotor is up: {platform.url}/v1   ({workers} workers; state in {platform.state.path})
 
   curl {platform.url}/v1/completions{auth} -H 'Content-Type: application/json' \\
     -d '{{"model": "{spec.model}", "prompt": "def fibonacci(n):", "max_tokens": 48, "temperature": 0}}'
@@ -469,8 +569,8 @@ MindMotor is up: {platform.url}/v1   ({workers} workers; logs in {platform.log_d
   controller gRPC     {platform.controller_address}
   controller admin    https://{cfg.host}:{ports.controller_admin}   (/health, /metrics, /v1/instances)
   deployer gRPC       {platform.deployer_address}
-                      mindmotor deploy get {spec.name} --deployer {platform.deployer_address}{token} \\
-                        {platform.admin_flags()}
+                      mindmotor deploy get {spec.name}{token}   (finds this up through its state directory{
+                      "" if platform.state.path == default_state_dir() else ": give --state-dir " + str(platform.state.path)})
   deployer /metrics   https://{cfg.host}:{ports.deployer_metrics}/metrics
   up /metrics         https://{cfg.host}:{platform.metrics_port}/metrics
                       (HTTPS with the cluster CA: curl --cacert {platform.cluster_ca()} ...)
@@ -481,5 +581,5 @@ Ctrl-C drains and stops everything.
 controller_admin_port={ports.controller_admin} deployer_port={ports.deployer} \
 deployer_metrics_port={ports.deployer_metrics} metrics_port={platform.metrics_port} \
 coordinator_ports={",".join(str(platform.replica_ports[n]) for n in platform.coordinator_names)} \
-logs={platform.log_dir}""",
+logs={platform.log_dir} state_dir={platform.state.path}""",
           flush=True)

@@ -2,7 +2,8 @@
 
 - a tqdm bar on stderr with steps done/total, the time left (mean step time so far), loss,
   learning rate and tokens/s, and once, after a few steps, the run's estimated duration;
-- structured log lines (`mindmotor.common.logging`: JSON lines);
+- structured log lines (`mindmotor.common.logging`), written above the bar while it is drawn
+  (`bar_logging.py`: a log line never breaks the bar);
 - an optional events file of JSON lines, which the trainer service tails to stream `WatchJob`.
 
 Event kinds: `TrainingEvent` (vocabulary.py): `start`, `step`, `eval`, `checkpoint`, `done`,
@@ -16,11 +17,14 @@ import json
 import logging
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 from tqdm import tqdm
 
 from mindmotor.vocabulary import TrainingEvent
+
+from .bar_logging import bar_safe_logging
 
 log = logging.getLogger("mindmotor.trainer")
 
@@ -82,6 +86,7 @@ class ProgressReporter:
         self.show_bar = show_bar
         self.bar: tqdm | None = None
         self.clock: StepClock | None = None
+        self._bar_logging = ExitStack()
 
     # ---- events ---------------------------------------------------------------------------
     def start(self, *, total_steps: int, start_step: int, **info) -> None:
@@ -90,6 +95,7 @@ class ProgressReporter:
                                                         "start_step": start_step, **info})
         self.clock = StepClock(total_steps, start_step)
         if self.show_bar:
+            self._bar_logging.enter_context(bar_safe_logging())
             # smoothing=0: the bar's remaining time is the mean step time so far × steps left.
             self.bar = tqdm(total=total_steps, initial=start_step, desc="train", unit="step",
                             dynamic_ncols=True, smoothing=0)
@@ -162,6 +168,7 @@ class ProgressReporter:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+        self._bar_logging.close()
         if self.events is not None:
             self.events.close()
             self.events = None
