@@ -105,12 +105,14 @@ def test_a_rollout_that_never_gets_ready_rolls_back_by_itself(cluster, unloadabl
     client.apply(cluster.spec({"name": "v1", "replicas": 1}, traffic={"v1": 100}))
     cluster.wait_ready("v1", 1)
 
-    client.rollout(cluster.deployment, "v2", checkpoint=str(unloadable_ckpt), canary=50, ready_timeout_s=3)
-    failed = client.wait_rollout(cluster.deployment, timeout_s=30)
+    # long enough for the replica to fail at least once however loaded the machine (a worker's start
+    # took over 3 s on a busy CI host: the reason then had no exit to name)
+    client.rollout(cluster.deployment, "v2", checkpoint=str(unloadable_ckpt), canary=50, ready_timeout_s=8)
+    failed = client.wait_rollout(cluster.deployment, timeout_s=40)
 
     assert failed.rollout.phase == "failed"
     reason = failed.rollout.reason
-    assert reason.startswith("0 of 1 replica(s) of v2 ready in the controller after 3 s") and "rolled back" in reason
+    assert reason.startswith("0 of 1 replica(s) of v2 ready in the controller after 8 s") and "rolled back" in reason
     assert "exited with code 1" in reason and "restart(s)" in reason
     assert [v.name for v in failed.spec.versions] == ["v1"] and dict(failed.spec.traffic) == {"v1": 100}
     wait_until(lambda: set(replica_pids(cluster.deployment)) == {f"{cluster.deployment}-v1-0"},
