@@ -1,6 +1,7 @@
-"""benchmarks/pd_goodput.py --quick: the issue's keys (steady state and whole run), goodputs
+"""benchmarks/pd_goodput.py, on a run smaller than --quick (120 requests at two rates, no bisection:
+16 s instead of 64 on a loaded CI host): the issue's keys (steady state and whole run), goodputs
 consistent with the runs they come from, curves that do not rise with load, and the TTFT bound
-holding for every split."""
+holding for every split. The figures themselves come from the benchmark, not from this test."""
 
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ CONFIGS = ("mixed", "mixed_chunked", "1P:3D", "2P:2D", "3P:1D", "dynamic")
 NOISE = 0.05          # a few requests of 300 may fare better at a higher rate
 
 
-def test_quick_run_reports_goodputs_the_curves_support(capsys):
-    pd_goodput.main(["--quick", "--no-plot"])
+def test_a_small_run_reports_goodputs_the_curves_support(capsys):
+    pd_goodput.main(["--quick", "--no-plot", "--requests", "120", "--rates", "4,20", "--bisect", "0", "--warmup", "2"])
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
 
     for key in ("best_split_over_mixed_chunked", "dynamic_over_best_fixed_split",
