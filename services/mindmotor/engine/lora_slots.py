@@ -22,6 +22,7 @@ Timing is the device's emulated time (`now`), so the benchmark's numbers are the
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable
@@ -75,6 +76,7 @@ class LoraSlots:
         self.config = config
         self.stack = LoraStack(config, max_loras, max_rank) if config is not None else None
         self.price_copy, self.now = price_copy, now
+        self._lock = threading.Lock()        # known/host: requests are validated off the engine thread
         self.known: dict[str, str] = {}                          # name → directory
         self.epochs: dict[str, int] = {}                         # name → which add() (the prefix cache's key)
         self.host: OrderedDict[str, AdapterRecord] = OrderedDict()
@@ -90,11 +92,12 @@ class LoraSlots:
     def add(self, name: str, path: str) -> AdapterRecord:
         """Check and register `name` (replacing an adapter of that name). AdapterError: refused."""
         record = self._read(name, path, self.epochs.get(name, 0) + 1)
-        self.known[name] = path
-        self.epochs[name] = record.epoch
-        self.host[name] = record
-        self.host.move_to_end(name)
-        self._trim_host()
+        with self._lock:
+            self.known[name] = path
+            self.epochs[name] = record.epoch
+            self.host[name] = record
+            self.host.move_to_end(name)
+            self._trim_host()
         return record
 
     def add_virtual(self, name: str, rank: int, targets: tuple[str, ...], device_bytes: int) -> AdapterRecord:
@@ -109,11 +112,12 @@ class LoraSlots:
 
     def remove(self, name: str) -> bool:
         """Refuse new requests for `name`; the admitted ones finish with the weights they have."""
-        if name not in self.known:
-            return False
-        del self.known[name]
-        self.host.pop(name, None)
-        return True
+        with self._lock:
+            if name not in self.known:
+                return False
+            del self.known[name]
+            self.host.pop(name, None)
+            return True
 
     def names(self) -> list[str]:
         return sorted(self.known)
@@ -121,15 +125,16 @@ class LoraSlots:
     def get(self, name: str) -> AdapterRecord:
         """The record of a known adapter (read again from its directory if the host cache dropped
         it). KeyError: unknown."""
-        if name not in self.known:
-            raise KeyError(name)
-        record = self.host.get(name)
-        if record is None:
-            record = self._read(name, self.known[name], self.epochs[name])
-            self.host[name] = record
-        self.host.move_to_end(name)
-        self._trim_host()
-        return record
+        with self._lock:
+            if name not in self.known:
+                raise KeyError(name)
+            record = self.host.get(name)
+            if record is None:
+                record = self._read(name, self.known[name], self.epochs[name])
+                self.host[name] = record
+            self.host.move_to_end(name)
+            self._trim_host()
+            return record
 
     def _read(self, name: str, path: str, epoch: int) -> AdapterRecord:
         if self.config is None:
