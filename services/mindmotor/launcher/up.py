@@ -83,7 +83,8 @@ def child_env(service: str, config: PlatformConfig) -> dict[str, str | None]:
         CONTROLLER: {"MINDMOTOR_ADMIN_TOKEN": config.admin_token, "MINDMOTOR_REDIS_URL": config.redis_url},
         DEPLOYER: {"MINDMOTOR_ADMIN_TOKEN": config.admin_token, "MINDMOTOR_REDIS_URL": config.redis_url},
         COORDINATOR: {"MINDMOTOR_API_KEYS": ",".join(config.api_keys) or None,
-                      "MINDMOTOR_REDIS_URL": config.redis_url},
+                      "MINDMOTOR_REDIS_URL": config.redis_url,
+                      "MINDMOTOR_ADMIN_TOKEN": config.admin_token},   # the LoRA admin endpoints
     }[service]
     return {name: wanted.get(name) for name in SECRET_VARIABLES}
 

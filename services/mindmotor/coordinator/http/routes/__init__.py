@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from mindmotor.coordinator.http.routes import chat, completions, health, models, tokenize
+from mindmotor.coordinator.http.routes import chat, completions, health, lora, models, tokenize
 
 
 def api_router() -> APIRouter:
     router = APIRouter()
-    for module in (completions, chat, models, tokenize, health):
+    for module in (completions, chat, models, tokenize, health, lora):
         router.include_router(module.router)
     return router
