@@ -37,7 +37,6 @@ from mindmotor.vocabulary import FinishReason, RefusalReason
 from mindmotor.engine.async_engine import KEEPALIVE, AsyncLLMEngine, EngineDeadError, RequestFailed
 from mindmotor.engine.continuation import Continuation
 from mindmotor.engine.llm_engine import RequestError
-from mindmotor.model.config import CheckpointError
 from mindmotor.rules.sampling_params import SamplingParams
 from mindmotor.protocol import worker_pb2 as pb
 from mindmotor.protocol.failure import ENGINE_DEAD, FAILURE_METADATA_KEY, PARAM_METADATA_KEY, REQUEST_FAILED
@@ -293,7 +292,7 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                                 "LoRA adapters are not enabled on this worker (start it with --enable-lora)")
         try:
             await self.engine.run_on_engine(lambda e: e.add_lora(request.lora_name, request.lora_path))
-        except CheckpointError as exc:
+        except ValueError as exc:            # the adapter's reason (model.lora.AdapterError)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"cannot serve LoRA adapter "
                                                                   f"{request.lora_name!r}: {exc}")
         log.info("LoRA adapter loaded", extra={"lora_name": request.lora_name, "lora_path": request.lora_path})
