@@ -32,11 +32,21 @@ def test_a_trained_adapter_loads_in_peft_and_serves_the_same_tokens(trained, cor
 
     from mindmotor import LLM, SamplingParams
 
+    from mindmotor.cli import build_parser
+    from mindmotor.trainer.cli import train_overrides
+    from mindmotor.trainer.loop import RunOptions, train
+    from mindmotor.trainer.validate import validated_config
+
     store, result = trained
-    base = store / result.checkpoints[-1]
-    done = train_lora(tmp_path / "adapters", corpus_dir, "--init-from", str(base), "--lora-rank", "8",
-                      "--lora-alpha", "16", "--lora-target-modules", "q_proj", "v_proj", "o_proj", "down_proj")
-    assert done.returncode == 0, done.stderr
+    base = str(store / result.checkpoints[-1])
+    # the command line `mindmotor train` parses, run in this process (no second torch import: seconds)
+    args = build_parser().parse_args(
+        ["train", "--preset", "tiny", "--corpus", str(corpus_dir), "--steps", "3", "--set", "checkpoint_interval=3",
+         "--set", "eval_interval=3", "--set", "warmup_steps=0", "--set", "lr=0.01", "--init-from", base,
+         "--lora-rank", "8", "--lora-alpha", "16", "--lora-target-modules", "q_proj", "v_proj", "o_proj", "down_proj"])
+    config = validated_config(args.preset, train_overrides(args), 1, tmp_path / "adapters", init_from=base)
+    train(config, tmp_path / "adapters", RunOptions(run_name="ad", init_from=base, tokenizer_from=base,
+                                                    show_progress=False))
     adapter = tmp_path / "adapters" / "ad-step000003"
     config = json.loads((adapter / "adapter_config.json").read_text())
     assert config["r"] == 8 and config["target_modules"] == ["down_proj", "o_proj", "q_proj", "v_proj"]
