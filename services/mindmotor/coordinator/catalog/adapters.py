@@ -66,7 +66,8 @@ class AdapterDirectory:
 
     # ---- polling -----------------------------------------------------------------------------
     async def start(self) -> None:
-        await self.refresh()
+        """Polls in the background from now on (the first poll is not waited for: an instance that
+        does not answer must not hold up the coordinator's start)."""
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
@@ -79,11 +80,11 @@ class AdapterDirectory:
 
     async def _run(self) -> None:
         while True:
-            await asyncio.sleep(self.interval_s)
             try:
                 await self.refresh()
             except Exception:  # noqa: BLE001 - polling goes on
                 log.exception("LoRA adapter poll failed")
+            await asyncio.sleep(self.interval_s)
 
     async def refresh(self) -> None:
         instances = [v for v in self.table.all() if v.healthy]
