@@ -60,7 +60,8 @@ def test_adapters_through_the_api(setup, make_coordinator, tiny_ckpt, model_name
     model = LlamaModel.from_pretrained(tiny_ckpt)
     admin = {"Authorization": f"Bearer {ADMIN}"}
     with httpx.Client(base_url=c.url, timeout=30) as client:
-        wait_until(lambda: any(m["id"] == "sql" for m in client.get("/v1/models").json()["data"]), timeout=10)
+        wait_until(lambda: any(m["id"] == "sql" for m in client.get("/v1/models").json()["data"])
+                   and len(c.coordinator.table.candidates(model_name)) == 2, timeout=10)
         cards = {m["id"]: m for m in client.get("/v1/models").json()["data"]}
         assert cards["sql"]["parent"] == model_name and cards[model_name]["parent"] is None
         assert client.get("/v1/models/sql").json()["parent"] == model_name
