@@ -71,12 +71,16 @@ def test_adapters_through_the_api(setup, make_coordinator, tiny_ckpt, model_name
                                                      "temperature": 0, "ignore_eos": True, "logprobs": 0,
                                                      "return_tokens_as_token_ids": True})
             assert r.status_code == 200, r.text
+            assert r.json()["model"] == name                 # the adapter's name, as vLLM answers
             return tokens(r)
 
         sql = load_adapter(paths["sql"], model.config, 16)
         for _ in range(3):           # only the worker holding it serves it: always the adapter's tokens
             assert logprob_tokens("sql") == greedy(model, sql)
         assert logprob_tokens(model_name) == greedy(model, None)
+        chat = client.post("/v1/chat/completions", json={"model": "sql", "max_tokens": 3,
+                                                        "messages": [{"role": "user", "content": "hi"}]})
+        assert chat.status_code == 200 and chat.json()["model"] == "sql"
 
         missing = completion(client, "poet")
         assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
