@@ -5,6 +5,8 @@ unknown → 404, corrupt → 400 with the reason, nothing else changed."""
 
 from __future__ import annotations
 
+import threading
+
 import httpx
 import numpy as np
 import pytest
@@ -85,6 +87,17 @@ def test_adapters_through_the_api(setup, make_coordinator, tiny_ckpt, model_name
         missing = completion(client, "poet")
         assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
 
+        # requests of the base and of "sql" go on through every load and unload below: none may fail
+        stop, statuses = threading.Event(), []
+
+        def steady():
+            with httpx.Client(base_url=c.url, timeout=30) as other:
+                while not stop.is_set():
+                    for name in ("sql", model_name):
+                        statuses.append(completion(other, name, n=3).status_code)
+
+        load = threading.Thread(target=steady)
+        load.start()
         assert client.post("/v1/load_lora_adapter", json={"lora_name": "poet", "lora_path": str(paths["poet"])}
                            ).status_code == 401                                  # no admin token
         bad = client.post("/v1/load_lora_adapter", json={"lora_name": "poet", "lora_path": str(broken)}, headers=admin)
@@ -99,4 +112,22 @@ def test_adapters_through_the_api(setup, make_coordinator, tiny_ckpt, model_name
         assert gone.status_code == 200 and gone.json()["instances"] == 2
         assert completion(client, "poet").status_code == 404
         assert client.post("/v1/unload_lora_adapter", json={"lora_name": "poet"}, headers=admin).status_code == 404
+        stop.set()
+        load.join()
+        assert statuses and set(statuses) == {200}
         assert logprob_tokens("sql") == greedy(model, sql) and logprob_tokens(model_name) == greedy(model, None)
+
+
+def test_the_router_hashes_an_adapters_prompt_as_the_engine_keys_it():
+    """Cache-aware routing: a prompt under an adapter has the adapter's block hashes (never the
+    base's), the same the engine's prefix cache registers (engine/lora_slots.py AdapterRecord)."""
+    from mindmotor.common.block_hash import block_hashes
+    from mindmotor.coordinator.routing.policies.base import RouteRequest
+    from mindmotor.engine.lora_slots import AdapterRecord
+
+    prompt = list(range(40))
+    base, sql = RouteRequest(prompt), RouteRequest(prompt, lora="sql")
+    record = AdapterRecord("sql", "/p", 8, ("q_proj",), 0)
+    assert sql.block_hashes(16) == block_hashes(prompt, 16, root=record.hash_root)
+    assert not set(sql.block_hashes(16)) & set(base.block_hashes(16))
+    assert AdapterRecord("sql", "/p", 8, ("q_proj",), 0, epoch=2).hash_root != record.hash_root
