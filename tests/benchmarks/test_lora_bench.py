@@ -15,10 +15,10 @@ from benchmarks import lora  # noqa: E402
 
 
 def test_lora_benchmark_small(capsys):
-    lora.main(["--num-requests", "40", "--adapters", "8", "--check-requests", "8"])
+    lora.main(["--num-requests", "24", "--adapters", "6", "--check-requests", "6"])
     last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert tuple(last) == lora.KEYS
-    assert last["adapters"] == 8 and last["max_loras"] == 4
+    assert last["adapters"] == 6 and last["max_loras"] == 4
     assert last["outputs_match_reference"] is True
     assert last["vs_one_adapter_per_batch"] > 1.0
     assert 0 < last["throughput_vs_base"] <= 1.01
