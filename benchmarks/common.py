@@ -80,6 +80,7 @@ class BenchRequest:
     output_len: int                 # tokens the engine generates (ignore_eos, max_tokens = this)
     arrival_s: float = 0.0          # on the emulated clock
     declared_max_tokens: int | None = None  # what the client asked for (static batching reserves it)
+    lora: str | None = None         # the LoRA adapter it names (None: the base model)
 
     @property
     def prompt_len(self) -> int:
@@ -245,7 +246,7 @@ class VirtualClockDriver:
                 if k:
                     for req in ready[:k]:
                         eng.add_request(req.request_id, req.prompt_token_ids, req.params(),
-                                        arrival_time=req.arrival_s)
+                                        arrival_time=req.arrival_s, **({"lora": req.lora} if req.lora else {}))
                         self.records[req.request_id].admitted_s = now
                     batch_sizes.append(k)
                     del ready[:k]

@@ -372,6 +372,9 @@ class _Zero:
     """Stands in for the engine's stats: every figure 0 (the collector only reads them)."""
 
     def __getattr__(self, name: str):
+        if name == "lora":                 # an engine serving LoRA adapters: its families are registered too
+            return {"running_lora_adapters": [], "waiting_lora_adapters": [], "max_lora": 4, "loads": 0,
+                    "load_s": 0.0, "requests": {"sql": 0}}
         return 0
 
 

@@ -26,10 +26,18 @@ def hash_block(parent: bytes, token_ids: Sequence[int]) -> bytes:
     return h.digest()
 
 
-def block_hashes(token_ids: Sequence[int], block_size: int, start_hashes: Sequence[bytes] = ()) -> list[bytes]:
-    """Hashes of every full block of `token_ids`, continuing from `start_hashes` (already known)."""
+def adapter_root(key: str) -> bytes:
+    """The root hash of the requests of one LoRA adapter (`key`: its name, and which load of it):
+    the same tokens under another adapter, or the base model, have other KV, so other hashes."""
+    return hash_block(hashlib.blake2b(b"lora:" + key.encode(), digest_size=16).digest(), [])
+
+
+def block_hashes(token_ids: Sequence[int], block_size: int, start_hashes: Sequence[bytes] = (),
+                 root: bytes = ROOT_HASH) -> list[bytes]:
+    """Hashes of every full block of `token_ids`, continuing from `start_hashes` (already known);
+    the chain starts at `root` (ROOT_HASH: the base model; `adapter_root`: a LoRA adapter's)."""
     hashes = list(start_hashes)
-    parent = hashes[-1] if hashes else ROOT_HASH
+    parent = hashes[-1] if hashes else root
     for first in range(len(hashes) * block_size, len(token_ids) - block_size + 1, block_size):
         parent = hash_block(parent, token_ids[first:first + block_size])
         hashes.append(parent)

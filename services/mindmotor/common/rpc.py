@@ -514,7 +514,10 @@ CONTROL = frozenset({"controller", "deployer", "admin"})
 
 WORKER_POLICY = Policy("mindmotor.v1.Worker", default=ANY,
                        rules={"Drain": CONTROL, "SetRole": CONTROL,
-                              "Recall": frozenset({"coordinator", "admin"})})
+                              "Recall": frozenset({"coordinator", "admin"}),
+                              # the coordinator fans an admin's /v1/load_lora_adapter out to the workers
+                              "LoadLoraAdapter": frozenset({"coordinator", "deployer", "admin"}),
+                              "UnloadLoraAdapter": frozenset({"coordinator", "deployer", "admin"})})
 CONTROLLER_POLICY = Policy("mindmotor.v1.Controller", default=frozenset({"admin"}), rules={
     "Register": frozenset({"worker"}), "Heartbeat": frozenset({"worker"}), "Deregister": frozenset({"worker", "admin"}),
     "Watch": frozenset({"coordinator", "deployer", "controller", "admin"}),

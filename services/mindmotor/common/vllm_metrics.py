@@ -31,3 +31,4 @@ TTFT = PREFIX + "time_to_first_token_seconds"
 TPOT = PREFIX + "time_per_output_token_seconds"
 INTER_TOKEN = PREFIX + "inter_token_latency_seconds"
 E2E = PREFIX + "e2e_request_latency_seconds"
+LORA_REQUESTS_INFO = PREFIX + "lora_requests_info"         # gauge: labels running/waiting adapters, max_lora

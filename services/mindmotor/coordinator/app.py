@@ -19,6 +19,7 @@ from mindmotor.coordinator.dispatch.admission import Admission
 from mindmotor.coordinator.http.auth import APIKeys
 from mindmotor.coordinator.dispatch.channels import WorkerChannels
 from mindmotor.coordinator.config import CoordinatorSettings
+from mindmotor.coordinator.catalog.adapters import AdapterDirectory
 from mindmotor.coordinator.catalog.discovery import ModelDiscovery
 from mindmotor.coordinator.http.errors import install_handlers
 from mindmotor.coordinator.routing.table import RoutingTable
@@ -59,8 +60,9 @@ def build_coordinator(settings: CoordinatorSettings) -> Coordinator:
     metrics = CoordinatorMetrics()
     table = RoutingTable(suspect_s=settings.suspect_s)
     router = Router(table, lambda model: make_policy(settings.policy_for(model), settings), settings.traffic)
+    channels = WorkerChannels()
     return Coordinator(
-        settings=settings, table=table, router=router, channels=WorkerChannels(),
+        settings=settings, table=table, router=router, channels=channels,
         catalog=ModelCatalog(settings, table),
         admission=Admission(settings.max_requests, settings.retry_after_s, metrics), metrics=metrics,
         keys=APIKeys(settings.api_keys, settings.api_key_file,
@@ -72,7 +74,8 @@ def build_coordinator(settings: CoordinatorSettings) -> Coordinator:
                             settings.stream_first_message_timeout_s),
         resume_key=hashlib.sha256(settings.resume_key.encode()).digest() if settings.resume_key else new_key(),
         responses=make_store(settings.responses_store_path,
-                             StoreLimits(settings.responses_ttl_s, settings.responses_max, settings.responses_max_bytes)))
+                             StoreLimits(settings.responses_ttl_s, settings.responses_max, settings.responses_max_bytes)),
+        adapters=AdapterDirectory(table, channels, settings.lora_poll_interval_s))
 
 
 def make_source(settings: CoordinatorSettings, c: Coordinator):
@@ -99,6 +102,9 @@ def create_app(settings: CoordinatorSettings, coordinator: Coordinator | None = 
         await source.start()
         await discovery.start()
         await discovery.settle(settings.discovery_timeout_s)
+        if c.adapters is not None:
+            c.catalog.adapters = c.router.adapter_affinity.directory = c.adapters
+            await c.adapters.start()
         c.started = True
         log.info("coordinator started", extra={
             "instances": len(c.table.all()), "models": c.catalog.names(), "policy": settings.policy,
@@ -108,6 +114,8 @@ def create_app(settings: CoordinatorSettings, coordinator: Coordinator | None = 
         finally:
             await source.stop()
             await discovery.stop()
+            if c.adapters is not None:
+                await c.adapters.stop()
             await c.channels.close()
             await c.specs.pool.close()
             await lag.stop()

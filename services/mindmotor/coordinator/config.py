@@ -60,7 +60,8 @@ class CoordinatorSettings(ServiceSettings):
     """The coordinator's settings: flags > `MINDMOTOR_*` environment > the YAML file (`--config`) >
     the defaults below, as every service's (common/settings.py: unknown keys in the file refused)."""
 
-    secrets: ClassVar[dict[str, str]] = {"redis_url": "Redis URL", "resume_key": "stream resume key"}
+    secrets: ClassVar[dict[str, str]] = {"redis_url": "Redis URL", "resume_key": "stream resume key",
+                                         "admin_token": "admin token"}
 
     # serving
     host: str = "127.0.0.1"                          # standalone: loopback unless told otherwise
@@ -82,6 +83,9 @@ class CoordinatorSettings(ServiceSettings):
     status_interval_s: float = Field(1.0, gt=0)      # how often each worker's Status is read
     status_timeout_s: float = Field(1.0, gt=0)
     suspect_s: float = Field(5.0, ge=0)              # a worker that failed a request is skipped this long
+    lora_poll_interval_s: float = Field(1.0, gt=0)   # how often each worker's LoRA adapters are listed
+    admin_token: str | None = None                   # POST /v1/load_lora_adapter, /v1/unload_lora_adapter
+    admin_token_file: str | None = None              # (Authorization: Bearer <admin token>); None: refused
 
     # models discovered from their workers (ModelInfo): those with no local checkpoint directory
     discovery_timeout_s: float = Field(10.0, gt=0)   # one ModelInfo call

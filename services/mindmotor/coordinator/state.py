@@ -8,6 +8,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from mindmotor.coordinator.catalog.adapters import AdapterDirectory
 from mindmotor.coordinator.dispatch.admission import Admission
 from mindmotor.coordinator.http.auth import APIKeys
 from mindmotor.coordinator.dispatch.channels import WorkerChannels
@@ -48,6 +49,7 @@ class Coordinator:
     guard: ProgressGuard | None = None   # gives up silent worker calls (progress.py)
     resume_key: bytes = field(default_factory=new_key)   # signs stream positions (resume.py)
     responses: ResponseStore = field(default_factory=lambda: MemoryStore(StoreLimits()))  # /v1/responses
+    adapters: AdapterDirectory | None = None   # LoRA adapters the workers serve (catalog/adapters.py)
 
 
 async def get_coordinator(request: Request) -> Coordinator:

@@ -46,10 +46,21 @@ HOST_LINK_ALPHA_S = 10e-6
 HOST_LINK_ETA = 0.8
 
 
+@dataclass(frozen=True)
+class LoraStepShape:
+    """A step's LoRA work (Punica's BGMV): `rows` tokens with an adapter, `adapters` distinct ones,
+    the largest `rank` (smaller ones are padded to it), the union of their target modules."""
+    rows: int
+    adapters: int
+    rank: int
+    targets: tuple[str, ...]
+
+
 @dataclass
 class StepShape:
     prefills: list[tuple[int, int]] = field(default_factory=list)  # (new tokens c, cached p)
     decodes: list[int] = field(default_factory=list)               # context k incl. the new token
+    lora: LoraStepShape | None = None                              # rows with a LoRA adapter
 
     @property
     def num_tokens(self) -> int:
@@ -255,6 +266,8 @@ class CostModel:
         stream("embedding", 0.0, 2.0 * n * self._hidden * b, 1, self._s_per_byte, 0.0, tau)
         gemm("lm_head", sampled, self._lm_head_weights,
              b * (self._lm_head_weights + sampled * (self._hidden + self._vocab_per_device)), 1)
+        if shape.lora is not None and shape.lora.rows:
+            ops["lora"] = self._lora_operator(shape.lora)
         if self._tp > 1:       # timed on the link, not HBM traffic: counted as memory time, 0 bytes
             link_s = 2 * L * self._allreduce_bytes_per_token * n * self._s_per_link_byte
             ops["all_reduce"] = OperatorTime(compute_s=0.0, memory_s=link_s, kernels=2 * L,
@@ -263,6 +276,40 @@ class CostModel:
             ops["host"] = OperatorTime(compute_s=0.0, memory_s=0.0, kernels=0,
                                        fixed_s=kp.host_overhead_s)
         return ops
+
+    def lora_dims(self) -> dict[str, tuple[int, int, str]]:
+        """(in, out, fused projection) per device of each LoRA target module of the profile."""
+        p = self.profile
+        h, e = p.hidden_size, p.head_dim
+        q, kv, inter = p.heads_per_device * e, p.kv_heads_per_device * e, p.intermediate_per_device
+        return {"q_proj": (h, q, "qkv"), "k_proj": (h, kv, "qkv"), "v_proj": (h, kv, "qkv"),
+                "qkv_proj": (h, q + 2 * kv, "qkv"), "o_proj": (q, h, "o"), "gate_proj": (h, inter, "gate_up"),
+                "up_proj": (h, inter, "gate_up"), "gate_up_proj": (h, 2 * inter, "gate_up"),
+                "down_proj": (inter, h, "down")}
+
+    def lora_adapter_bytes(self, rank: int, targets) -> int:
+        """Device bytes of one adapter of `rank` on `targets` (A and B of every layer)."""
+        dims = self.lora_dims()
+        return int(self._layers * self._b * rank * sum(dims[t][0] + dims[t][1] for t in targets))
+
+    def _lora_operator(self, lora: LoraStepShape) -> OperatorTime:
+        """Shrink (x·A) and expand (·B) per adapted fused projection and layer, each one kernel over
+        the whole mixed batch (each row gathers its adapter's A and B): FLOPs of the rows at the
+        padded rank, bytes of each distinct adapter's A and B read once plus the activations."""
+        dims = self.lora_dims()
+        kp, L, b, r = self.kernels, self._layers, self._b, lora.rank
+        io = sum(dims[t][0] + dims[t][1] for t in lora.targets)
+        flops = 2.0 * lora.rows * r * io * L
+        nbytes = b * L * (lora.adapters * r * io + lora.rows * (io + 2 * r * len(lora.targets)))
+        kernels = 2 * L * len({dims[t][2] for t in lora.targets})
+        return OperatorTime(compute_s=flops * self._s_per_flop, memory_s=nbytes * self._s_per_byte,
+                            kernels=kernels, flops=flops, bytes=nbytes, fixed_s=kernels * kp.gemm_tau_s,
+                            k=kp.roofline_k)
+
+    def host_copy_seconds(self, nbytes: int, alpha_s: float = 10e-6, eta: float = LINK_ETA) -> float:
+        """A copy of `nbytes` from host memory to the card (a LoRA slot load): alpha + bytes /
+        (eta · the host link's bandwidth)."""
+        return alpha_s + nbytes / (eta * self.spec.host_link_bandwidth)
 
     def kv_transfer_seconds(self, num_tokens: int, link: str = "intra_node",
                             alpha_s: float | None = None, eta: float = LINK_ETA) -> float:

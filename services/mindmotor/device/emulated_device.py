@@ -49,6 +49,19 @@ class EmulatedDevice:
         self.kv_transfer_bytes += num_tokens * self.profile.kv_bytes_per_token
         return seconds
 
+    def price_host_copy(self, nbytes: int) -> float:
+        """Emulated seconds to copy `nbytes` from host memory onto the card (a LoRA slot load)."""
+        return self.cost_model.host_copy_seconds(nbytes)
+
+    def idle(self, seconds: float) -> None:
+        """The card waits `seconds` with nothing to run (for a copy to land): realtime sleeps, and
+        emulated time moves on either way."""
+        if seconds <= 0:
+            return
+        if self.pacer.mode == "realtime":
+            time.sleep(seconds)
+        self.pacer.emulated_time_s += seconds
+
     def run_step(self, shape: StepShape, host_started_at: float) -> StepCost:
         cost = self.cost_model.step(shape)
         if cost.num_kernels == 0:            # nothing scheduled: the card stays idle

@@ -128,7 +128,7 @@ class DeviceSpec:
     source: str = field(default="", compare=False)
     kernels: KernelParams = field(default=ASCEND_KERNELS, compare=False)
     hbm_runtime_reserved_bytes: int = 0    # in use before the server loads anything (MindIE rule)
-    host_link_bandwidth: float = 32 * GB   # bytes/s per direction between card and host memory (PCIe)
+    host_link_bandwidth: float = 32 * GB   # bytes/s per direction between card and host memory (PCIe): KV tier copies, LoRA slot loads
 
     def __post_init__(self) -> None:
         missing = [d for d in DTYPES if d not in self.peak_flops]

@@ -134,19 +134,20 @@ class AsyncLLMEngine:
         return len(self._streams) + len(self._new)
 
     def validate(self, prompt: str | Seq[int], params: SamplingParams,
-                 continuation: Continuation | None = None) -> ValidatedRequest:
-        """Check a request (RequestError for bad input); reads no engine state that changes."""
-        return self.engine.validate(prompt, params, continuation)
+                 continuation: Continuation | None = None, lora: str | None = None) -> ValidatedRequest:
+        """Check a request (RequestError for bad input); reads no engine state that changes
+        (`lora`: the adapter's record, from the slots' host cache, under its lock)."""
+        return self.engine.validate(prompt, params, continuation, lora)
 
     def generate(self, request_id: str, prompt: str | Seq[int], params: SamplingParams, priority: int = 0,
                  prefill_only: bool = False, continuation: Continuation | None = None,
-                 keepalive_s: float = 0.0) -> AsyncIterator[RequestOutput]:
+                 keepalive_s: float = 0.0, lora: str | None = None) -> AsyncIterator[RequestOutput]:
         """Validate now (raising `RequestError` at once for bad input), then return the stream of
         the request's outputs. Closing the stream early (the client went away) aborts the request
         and frees its blocks. `prefill_only`, `continuation`: see `LLMEngine.add_request`.
         `keepalive_s` > 0: the stream also yields `KEEPALIVE` after each `keepalive_s` without an
         output, while the engine is `progressing`."""
-        return self.submit(request_id, self.validate(prompt, params, continuation), priority, prefill_only,
+        return self.submit(request_id, self.validate(prompt, params, continuation, lora), priority, prefill_only,
                            keepalive_s)
 
     def submit(self, request_id: str, request: ValidatedRequest, priority: int = 0,
@@ -232,6 +233,10 @@ class AsyncLLMEngine:
     async def price_kv_transfer(self, num_tokens: int, link: str) -> float:
         """Emulated seconds of a KV transfer, recorded on the card."""
         return await self._call(lambda e: e.price_kv_transfer(num_tokens, link))
+
+    async def run_on_engine(self, fn: Callable[[LLMEngine], T]) -> T:
+        """Run `fn(engine)` on the engine thread, between steps (LoRA adapters' changes)."""
+        return await self._call(fn)
 
     async def _call(self, fn: Callable[[LLMEngine], T]) -> T:
         """Run `fn(engine)` on the engine thread (between steps) and return its result."""

@@ -115,7 +115,7 @@ class BlockManager:
         if not self.enable_prefix_caching or max_tokens == 0:
             return []
         tokens = seq.all_token_ids
-        seq.block_hashes = block_hashes(tokens, self.block_size, seq.block_hashes)
+        seq.block_hashes = block_hashes(tokens, self.block_size, seq.block_hashes, seq.hash_root)
         max_blocks = (len(tokens) - 1) // self.block_size
         if max_tokens is not None:
             max_blocks = min(max_blocks, max_tokens // self.block_size)
@@ -162,7 +162,7 @@ class BlockManager:
             return
         if len(seq.block_hashes) < num_full:
             seq.block_hashes = block_hashes(seq.all_token_ids[:num_full * self.block_size],
-                                            self.block_size, seq.block_hashes)
+                                            self.block_size, seq.block_hashes, seq.hash_root)
         for i in range(done, num_full):
             block, h = seq.block_table[i], seq.block_hashes[i]
             if self.block_hash[block] is None and h not in self.hash_to_block:

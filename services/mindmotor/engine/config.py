@@ -38,6 +38,11 @@ class EngineConfig:
     cache_chunk_size: int = 256 * 2**20   # KV per host-tier chunk (emulated bytes)
     prefetch_depth: int = 2               # host-tier chunk copies in flight at once
     kv_tier_sync_load: bool = False       # host-tier loads stall the next step (a benchmark baseline)
+    enable_lora: bool = False             # serve LoRA adapters (engine/lora_slots.py)
+    max_loras: int = 4                    # adapters in device slots at once (a step mixes at most these)
+    max_lora_rank: int = 16               # adapters of a higher rank are refused
+    max_cpu_loras: int | None = None      # adapters kept loaded in host memory; None: max_loras
+    lora_modules: tuple[tuple[str, str], ...] = ()   # (name, directory) served from the start
     runner: str = "model"                 # "cost_only": no weights, no tokenizer, no forward pass — the
                                           # `emulate` profile's step prices only (the simulator's engine)
 
@@ -71,5 +76,12 @@ class EngineConfig:
             raise ValueError(f"cache_chunk_size must be positive, got {self.cache_chunk_size}")
         if self.prefetch_depth < 1:
             raise ValueError(f"prefetch_depth must be at least 1, got {self.prefetch_depth}")
+        if self.lora_modules and not self.enable_lora:
+            raise ValueError("lora_modules needs enable_lora")
+        if self.enable_lora and (self.max_loras < 1 or self.max_lora_rank < 1):
+            raise ValueError(f"max_loras and max_lora_rank must be at least 1, got {self.max_loras} and "
+                             f"{self.max_lora_rank}")
+        if self.max_cpu_loras is not None and self.max_cpu_loras < self.max_loras:
+            raise ValueError(f"max_cpu_loras ({self.max_cpu_loras}) must be at least max_loras ({self.max_loras})")
         if self.kv_host_budget_bytes is not None and self.kv_host_budget_bytes < 1:
             raise ValueError(f"kv_host_budget_bytes must be positive, got {self.kv_host_budget_bytes}")

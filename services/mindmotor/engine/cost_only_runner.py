@@ -39,6 +39,8 @@ class CostOnlyInput:
 
 
 class CostOnlyRunner:
+    lora = None                       # lora_slots.LoraSlots when the engine serves adapters
+
     def run(self, out: SchedulerOutput) -> CostOnlyInput:
         """The step's `StepShape` and sampling sequences, in `ModelRunner.prepare`'s order (every
         decode first, then the prefill chunks)."""
@@ -52,6 +54,9 @@ class CostOnlyRunner:
                 prefills.append(s)
                 shape.prefills.append((s.num_new_tokens, s.seq.num_computed_tokens))
         sampling = [s for s in decodes if s.samples] + [s for s in prefills if s.samples]
+        if self.lora is not None:
+            ordered = decodes + prefills
+            shape.lora = self.lora.step_shape(ordered, [s.num_new_tokens for s in ordered])
         return CostOnlyInput(sampling, shape)
 
     @staticmethod

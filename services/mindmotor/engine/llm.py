@@ -42,22 +42,31 @@ class LLM:
         self.engine = LLMEngine(EngineConfig(model=model, device=device, emulate=emulate, **engine_options))
         self._ids = itertools.count()
 
+    def add_lora(self, name: str, path: str) -> None:
+        """Serve the PEFT adapter directory `path` as `name` (needs enable_lora=True)."""
+        self.engine.add_lora(name, path)
+
     @property
     def tokenizer(self):
         return self.engine.tokenizer
 
     def generate(self, prompts: str | Seq[int] | Seq[str | Seq[int]],
                  sampling_params: SamplingParams | Seq[SamplingParams] | None = None,
-                 use_tqdm: bool = False) -> list[GenerationOutput]:
+                 use_tqdm: bool = False, lora: str | None | Seq[str | None] = None) -> list[GenerationOutput]:
+        """`lora`: the adapter (added with `add_lora`) for every prompt, or one per prompt (None:
+        the base model)."""
         prompts = _as_prompt_list(prompts)
+        loras = list(lora) if isinstance(lora, (list, tuple)) else [lora] * len(prompts)
+        if len(loras) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(loras)} adapters")
         if sampling_params is None or isinstance(sampling_params, SamplingParams):
             sampling_params = [sampling_params or SamplingParams()] * len(prompts)
         if len(sampling_params) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(sampling_params)} sampling params")
         results: dict[str, GenerationOutput] = {}
-        for prompt, params in zip(prompts, sampling_params):
+        for prompt, params, adapter in zip(prompts, sampling_params, loras):
             rid = f"offline-{next(self._ids)}"
-            seq = self.engine.add_request(rid, prompt, params)
+            seq = self.engine.add_request(rid, prompt, params, lora=adapter)
             results[rid] = GenerationOutput(request_id=rid, prompt_token_ids=seq.prompt_token_ids)
         bar = tqdm(total=len(prompts), desc="generate", disable=not use_tqdm)
         while self.engine.has_unfinished_requests():

@@ -34,6 +34,8 @@ from .cost_only_runner import CostOnlyRunner, NoKVCache, unsupported
 from .host_memory import default_tier_bytes, format_bytes, resolve_budget
 from .kv_connector import KVBlocks, KVLoad
 from .kv_tier import HostKVTier, TierConfig
+from .lora_slots import LoraSlots
+from mindmotor.model.lora import AdapterError
 from .model_runner import ModelRunner
 from .output import OutputProcessor, RequestOutput
 from mindmotor.rules.request_rules import InvalidRequest, check_text, check_token_ids, resolve_max_tokens
@@ -49,6 +51,10 @@ log = logging.getLogger("mindmotor.engine")
 
 class RequestError(InvalidRequest):
     """A request the engine refuses (the worker turns it into INVALID_ARGUMENT)."""
+
+
+class UnknownAdapter(RequestError):
+    """A request names a LoRA adapter this engine does not serve (the API's 404)."""
 
 
 class StepFailed(RuntimeError):
@@ -70,6 +76,7 @@ class ValidatedRequest:
     params: SamplingParams
     continuation: Continuation | None = None
     matcher: object | None = None     # the structured output's matcher, built off the engine thread
+    lora: object | None = None        # the LoRA adapter's lora_slots.AdapterRecord; None: the base model
 
 
 @dataclass(frozen=True)
@@ -129,6 +136,7 @@ class EngineStats:
     kv_tier_loads_failed: int = 0     # the copy failed: computed
     kv_tier_load_buckets: tuple = ()  # loads per LOAD_TIME_BUCKETS bucket (emulated seconds)
     kv_tier_load_s_sum: float = 0.0
+    lora: dict | None = None          # LoRA adapters: running/waiting ones, max_lora, loads, per-adapter requests
 
 
 def served_model_profile(config: LlamaConfig, name: str, tp: int = 1) -> ModelProfile:
@@ -210,6 +218,9 @@ class LLMEngine:
         tier_bytes = default_tier_bytes() if config.kv_host_bytes is None else config.kv_host_bytes
         self.kv_tier = self._make_kv_tier(profile, tier_bytes) if tier_bytes and config.enable_prefix_caching \
             else None
+        self.lora = self._lora_slots(None if self.cost_only else mcfg) if config.enable_lora else None
+        self.runner.lora = self.lora
+        self.scheduler.admission_gate = self.lora.ready if self.lora is not None else None
         self.sampler = Sampler(eos_ids)
         self.outputs = OutputProcessor(self.tokenizer, eos_ids, self.max_model_len)
         self.requests: dict[str, Sequence] = {}
@@ -273,6 +284,49 @@ class LLMEngine:
                 "lower --max-model-len")
         return host_blocks
 
+    def _lora_slots(self, mcfg: LlamaConfig | None) -> LoraSlots:
+        """The adapter slots (engine/lora_slots.py), with `lora_modules` loaded; ValueError naming
+        the adapter that cannot be served."""
+        c = self.config
+        slots = LoraSlots(max_loras=c.max_loras, max_cpu_loras=c.max_cpu_loras or c.max_loras,
+                          max_rank=c.max_lora_rank, config=mcfg, price_copy=self.device.price_host_copy,
+                          now=lambda: self.device.pacer.emulated_time_s)
+        for name, path in c.lora_modules:
+            try:
+                slots.add(name, path)
+            except AdapterError as exc:
+                raise ValueError(f"LoRA adapter {name!r}: {exc}") from None
+        return slots
+
+    def resolve_lora(self, name: str | None):
+        """The record of adapter `name` (None: the base model); UnknownAdapter when not served."""
+        if name is None:
+            return None
+        if self.lora is None:
+            raise UnknownAdapter(f"the model {name!r} does not exist (LoRA adapters are not enabled on this "
+                                 "engine)", param="model", code="model_not_found")
+        try:
+            return self.lora.get(name)
+        except KeyError:
+            raise UnknownAdapter(f"the model {name!r} does not exist", param="model", code="model_not_found") from None
+        except AdapterError as exc:          # dropped from the host cache, and its directory changed since
+            raise RequestError(f"the LoRA adapter {name!r} cannot be read: {exc}", param="model") from None
+
+    def add_lora(self, name: str, path: str):
+        """Serve the PEFT adapter at `path` as `name` (replacing one of that name). AdapterError with
+        the reason when it cannot be served (nothing changes); RequestError if LoRA is off."""
+        if self.lora is None:
+            raise RequestError("LoRA adapters are not enabled on this engine (--enable-lora)", param="lora_name")
+        return self.lora.add(name, path)
+
+    def remove_lora(self, name: str) -> bool:
+        """Stop serving `name` to new requests (admitted ones finish); False if unknown."""
+        return self.lora is not None and self.lora.remove(name)
+
+    def list_loras(self) -> dict[str, str]:
+        """Served adapters: name → directory."""
+        return dict(self.lora.known) if self.lora is not None else {}
+
     @property
     def grammar(self) -> GrammarEngine:
         """The structured-output engine over this tokenizer, made at the first constrained request."""
@@ -285,10 +339,11 @@ class LLMEngine:
 
     # ---- requests ---------------------------------------------------------------------------
     def validate(self, prompt: str | Seq[int], params: SamplingParams,
-                 continuation: Continuation | None = None) -> ValidatedRequest:
+                 continuation: Continuation | None = None, lora: str | None = None) -> ValidatedRequest:
         """Check a request without touching engine state (safe from any thread): the prompt, the
-        params (`max_tokens` resolved), and a continuation's output so far."""
+        params (`max_tokens` resolved), a continuation's output so far, and the LoRA adapter named."""
         try:
+            record = self.resolve_lora(lora)
             ids = self._token_ids(prompt)
             if not ids:
                 raise RequestError("the prompt is empty", param="prompt")
@@ -305,7 +360,7 @@ class LLMEngine:
             raise
         except InvalidRequest as exc:           # the shared rules' error, as the engine's
             raise RequestError(exc.message, param=exc.param, code=exc.code) from None
-        return ValidatedRequest(ids, params, continuation)
+        return ValidatedRequest(ids, params, continuation, lora=record)
 
     def start_matcher(self, request: ValidatedRequest):
         """A future of the request's structured-output matcher, compiled on its own large-stack
@@ -368,14 +423,15 @@ class LLMEngine:
 
     def add_request(self, request_id: str, prompt: str | Seq[int] | None, params: SamplingParams | None = None,
                     priority: int = 0, arrival_time: float | None = None, validated: ValidatedRequest | None = None,
-                    prefill_only: bool = False, continuation: Continuation | None = None) -> Sequence:
+                    prefill_only: bool = False, continuation: Continuation | None = None,
+                    lora: str | None = None) -> Sequence:
         """Queue a request (`validated`: already checked by `validate`, instead of prompt, params
         and continuation). A `continuation` goes on after the output made elsewhere (with a KV
         source: it waits for that KV first, see `take_kv_loads`). `prefill_only`: it ends after
         its first token with finish reason "prefilled" and its KV pinned under its request id
         (see `read_pinned_kv`)."""
         if validated is None:
-            validated = self.validate(prompt, params or SamplingParams(), continuation)
+            validated = self.validate(prompt, params or SamplingParams(), continuation, lora)
         if prefill_only and validated.continuation is not None:
             raise RequestError("a prefill-only request cannot be a continuation", param="continuation")
         seq = self._new_sequence(request_id, validated, priority, arrival_time)
@@ -429,7 +485,9 @@ class LLMEngine:
         params = request.params
         seq = Sequence(request_id=request_id, prompt_token_ids=list(request.prompt_token_ids), params=params,
                        arrival_time=self.clock() if arrival_time is None else arrival_time,
-                       priority=priority, max_total_tokens=self.max_model_len)
+                       priority=priority, max_total_tokens=self.max_model_len, lora=request.lora)
+        if self.lora is not None:
+            self.lora.count_request(request.lora)
         seq.rng = np.random.default_rng(params.seed if params.seed is not None else self._unseeded_seed())
         # a continuation's prompt logprobs were sent from where the request began
         seq.wants_prompt_logprobs = params.prompt_logprobs is not None and request.continuation is None
@@ -571,7 +629,7 @@ class LLMEngine:
         """Whether a step now can make progress without news from outside (a KV load finishing, an
         abort, a new request): something is running. With only waiting requests and nothing running
         after a step, the waiting ones did not fit beside the KV loads holding blocks."""
-        return bool(self.scheduler.running)
+        return bool(self.scheduler.running) or (self.lora is not None and self.lora.loading)
 
     # ---- one step ---------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
@@ -588,8 +646,12 @@ class LLMEngine:
         try:
             if self.kv_tier is not None:
                 self.kv_tier.poll(self.scheduler)    # host-tier loads that ended: their requests run
+            if self.lora is not None:
+                self.lora.begin_step(self.scheduler.block_holders())
             sched = self.scheduler.schedule()
             if sched.empty:
+                if self.lora is not None:      # only adapter copies under way: the card waits for one
+                    self.device.idle(self.lora.idle())
                 return []
             inp, tokens, logprobs, errors = self._execute(sched)
             self._postprocess(sched, inp.sampling, tokens, logprobs, errors)
@@ -729,7 +791,14 @@ class LLMEngine:
             kv_host_bytes=self.kv_cache.host_bytes, kv_host_budget_bytes=self.kv_host_budget_bytes,
             kv_host_blocks=bm.host_blocks, kv_cached_blocks=bm.num_cached_blocks, kv_evictions=bm.evictions,
             kv_host_limited=bm.host_limited, prefix_queries=bm.prefix_queries, prefix_hits=bm.prefix_hits,
-            **self._tier_stats())
+            lora=self._lora_stats(), **self._tier_stats())
+
+    def _lora_stats(self) -> dict | None:
+        if self.lora is None:
+            return None
+        s = self.scheduler
+        return {**self.lora.info(s.block_holders(), s.waiting), "loads": self.lora.loads,
+                "load_s": self.lora.load_s, "requests": dict(self.lora.requests)}
 
     def _tier_stats(self) -> dict:
         tier = self.kv_tier

@@ -31,6 +31,7 @@ class ModelInput:
     # after the sampling rows: the logits of prompt positions, for prompt_logprobs — (sequence,
     # first position, count); position p's row predicts prompt token p + 1
     prompt_spans: list[tuple[ScheduledSequence, int, int]] = field(default_factory=list)
+    ordered: list[ScheduledSequence] = field(default_factory=list)   # in row order (decodes first)
 
 
 class ModelRunner:
@@ -38,13 +39,17 @@ class ModelRunner:
         self.model = model
         self.kv_cache = kv_cache
         self.block_size = kv_cache.block_size
+        self.lora = None              # lora_slots.LoraSlots when the engine serves adapters
 
     def run(self, out: SchedulerOutput) -> tuple[np.ndarray, ModelInput]:
         """→ logits [num_sampling + prompt rows, vocab] and the input it was computed from."""
         inp = self.prepare(out)
         self.kv_cache.ensure_blocks(int(inp.meta.slot_mapping.max()) // self.block_size)
+        lora = None
+        if self.lora is not None:
+            lora = self.lora.batch(inp.ordered, [s.num_new_tokens for s in inp.ordered])
         logits = self.model.forward(inp.input_ids, inp.positions, inp.meta, self.kv_cache,
-                                    inp.logits_indices)
+                                    inp.logits_indices, lora)
         return logits, inp
 
     def prepare(self, out: SchedulerOutput) -> ModelInput:
@@ -92,12 +97,15 @@ class ModelRunner:
                     prompt_rows.extend(range(query_start[i] + first - start, query_start[i] + last - start))
                     prompt_spans.append((s, first, last - first))
 
+        if self.lora is not None:
+            shape.lora = self.lora.step_shape(ordered, [s.num_new_tokens for s in ordered])
         meta = AttentionMetadata(
             slot_mapping=_flatten(slots), query_start_loc=query_start, context_lens=context_lens,
             block_tables=block_tables, num_decodes=len(decodes))
         return ModelInput(input_ids=np.asarray(input_ids, dtype=np.int64), positions=_flatten(positions),
                           meta=meta, logits_indices=np.asarray(logits_indices + prompt_rows, dtype=np.int64),
-                          sampling=sampling, shape=shape, prompt_spans=prompt_spans)
+                          sampling=sampling, shape=shape, prompt_spans=prompt_spans,
+                          ordered=ordered)
 
 
 def _flatten(parts: list) -> np.ndarray:

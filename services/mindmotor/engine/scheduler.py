@@ -93,6 +93,9 @@ class Scheduler:
         self.running: list[Sequence] = []   # sorted by (priority, arrival)
         self.num_preemptions = 0
         self.kv_tier = None                 # the KV host tier (kv_tier.HostKVTier), if any
+        # Whether a waiting sequence may be admitted now (lora_slots.LoraSlots.ready: its adapter
+        # is in a device slot); one that may not stays queued without holding back the others.
+        self.admission_gate: Callable[[Sequence], bool] | None = None
 
     # ---- queue changes ----------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
@@ -232,6 +235,9 @@ class Scheduler:
             while self.waiting and budget.tokens > 0 and \
                     len(self.running) + self.kv.num_loading < self.config.max_num_seqs:
                 seq = self.waiting[0]
+                if self.admission_gate is not None and not self.admission_gate(seq):
+                    held_back.append(heapq.heappop(self.waiting))
+                    continue
                 if self.kv_tier is not None and self.kv_tier.admit(self, seq):
                     continue                  # parked while its prefix loads from the host tier
                 if seq.kv_source is not None:

@@ -9,6 +9,8 @@ import numpy as np
 
 from mindmotor.vocabulary import SequenceStatus
 
+from mindmotor.common.block_hash import ROOT_HASH
+
 from .continuation import KVSource
 from mindmotor.rules.sampling_params import SamplingParams
 
@@ -42,6 +44,12 @@ class Sequence:
     prompt_logprobs_sent: bool = False
     prompt_logprobs_error: Exception | None = None   # computing them raised: the request fails
     matcher: object | None = None          # structured output: the grammar's state (llguidance.LLMatcher)
+    lora: object | None = None             # its LoRA adapter (lora_slots.AdapterRecord); None: the base model
+
+    @property
+    def hash_root(self) -> bytes:
+        """Where its prefix-cache hash chain starts: the base model's root, or its adapter's."""
+        return ROOT_HASH if self.lora is None else self.lora.hash_root
 
     @property
     def needs_prompt_logits(self) -> bool:

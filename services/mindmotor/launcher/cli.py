@@ -26,8 +26,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "(also: $MINDMOTOR_STATE_DIR, `state_dir:`; default: $XDG_DATA_HOME/mindmotor, "
                              "i.e. ~/.local/share/mindmotor)")
     parser.add_argument("--log-dir", default=None, metavar="DIR", help="the services' logs (default: STATE_DIR/logs)")
+    lora = parser.add_argument_group("LoRA adapters of the (first) model's workers (as `mindmotor worker`'s)")
+    lora.add_argument("--enable-lora", action="store_true", default=None)
+    lora.add_argument("--lora-modules", nargs="+", metavar="NAME=PATH", default=None)
+    lora.add_argument("--max-loras", type=int, default=None)
+    lora.add_argument("--max-lora-rank", type=int, default=None)
+    lora.add_argument("--max-cpu-loras", type=int, default=None)
     parser.add_argument("--log-level", default="INFO")
     parser.set_defaults(func=run_up)
+
+
+def lora_flags(args: argparse.Namespace) -> list[str]:
+    """The LoRA flags given to `up`, as the first model's worker flags (extra_args)."""
+    flags = ["--enable-lora"] if args.enable_lora else []
+    if args.lora_modules:
+        flags += ["--lora-modules", ",".join(args.lora_modules)]
+    for flag, value in (("--max-loras", args.max_loras), ("--max-lora-rank", args.max_lora_rank),
+                        ("--max-cpu-loras", args.max_cpu_loras)):
+        if value is not None:
+            flags += [flag, str(value)]
+    return flags
 
 
 def run_up(args: argparse.Namespace) -> int:
@@ -48,6 +66,9 @@ def run_up(args: argparse.Namespace) -> int:
                                      state_dir=args.state_dir, log_dir=args.log_dir)
         changes = {k: v for k, v in {"workers": args.workers, "path": args.model,
                                      "timing": args.timing}.items() if v is not None}
+        lora_args = lora_flags(args)
+        if lora_args:
+            changes["extra_args"] = [*config.models[0].extra_args, *lora_args]
         if changes:                                    # the first model's, checked again
             config.models[0] = ModelSpec.model_validate({**config.models[0].model_dump(), **changes})
     except (ValidationError, ValueError, OSError) as exc:   # one line per bad setting

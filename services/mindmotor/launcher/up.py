@@ -88,6 +88,10 @@ BACKLOG = 2048
 EXIT_STOPPED, EXIT_NOT_STARTED, EXIT_BAD_CONFIG, EXIT_STATE_BUSY = 0, 1, 2, 3
 
 
+def serves_lora(config: PlatformConfig) -> bool:
+    return any("--enable-lora" in m.extra_args for m in config.models)
+
+
 def child_env(service: str, config: PlatformConfig) -> dict[str, str | None]:
     """The secrets one service gets, as environment variables (None: removed, so that a variable
     set in `up`'s own environment never reaches a service the config did not give it to). The
@@ -96,7 +100,9 @@ def child_env(service: str, config: PlatformConfig) -> dict[str, str | None]:
         CONTROLLER: {"MINDMOTOR_ADMIN_TOKEN": config.admin_token, "MINDMOTOR_REDIS_URL": config.redis_url},
         DEPLOYER: {"MINDMOTOR_ADMIN_TOKEN": config.admin_token, "MINDMOTOR_REDIS_URL": config.redis_url},
         COORDINATOR: {"MINDMOTOR_API_KEYS": ",".join(config.api_keys) or None,
-                      "MINDMOTOR_REDIS_URL": config.redis_url},
+                      "MINDMOTOR_REDIS_URL": config.redis_url,
+                      # the LoRA admin endpoints (/v1/load_lora_adapter): only where a model serves adapters
+                      "MINDMOTOR_ADMIN_TOKEN": config.admin_token if serves_lora(config) else None},
     }[service]
     return {name: wanted.get(name) for name in SECRET_VARIABLES}
 

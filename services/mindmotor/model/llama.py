@@ -18,6 +18,7 @@ import numpy as np
 from .attention import AttentionMetadata, causal_attention, paged_attention, write_kv
 from .config import LlamaConfig
 from .kv_cache import PagedKVCache
+from .lora import LoraAdapter, LoraBatch
 from .rope import RotaryEmbedding
 from .weights import LlamaWeights
 
@@ -66,37 +67,41 @@ class LlamaModel:
 
     # ---- the serving path -------------------------------------------------------------------
     def forward(self, input_ids: np.ndarray, positions: np.ndarray, meta: AttentionMetadata,
-                cache: PagedKVCache, logits_indices: np.ndarray) -> np.ndarray:
-        """input_ids, positions: [num_tokens] → logits [len(logits_indices), vocab]."""
+                cache: PagedKVCache, logits_indices: np.ndarray, lora: LoraBatch | None = None) -> np.ndarray:
+        """input_ids, positions: [num_tokens] → logits [len(logits_indices), vocab]. `lora`: each
+        token's adapter slot (model/lora.py), applied per row in the same batch."""
         cfg = self.config
         x = self._embed(input_ids)                                   # [N, hidden]
         for i, layer in enumerate(self.weights.layers):
-            q, k, v = self._qkv(rms_norm(x, layer.input_norm, cfg.rms_norm_eps), layer, positions)
+            q, k, v = self._qkv(rms_norm(x, layer.input_norm, cfg.rms_norm_eps), layer, positions, lora, i)
             write_kv(cache, i, meta.slot_mapping, k, v)
             attn = paged_attention(q, cache, i, meta, self.windows[i])  # [N, n_heads, hd]
-            x = x + self._out(attn, layer)
-            x = x + self._mlp(rms_norm(x, layer.post_norm, cfg.rms_norm_eps), layer)
+            x = x + self._out(attn, layer, lora, i)
+            x = x + self._mlp(rms_norm(x, layer.post_norm, cfg.rms_norm_eps), layer, lora, i)
         x = rms_norm(x[logits_indices], self.weights.norm, cfg.rms_norm_eps)
         return x @ self.weights.lm_head                                # [S, vocab]
 
     # ---- the reference path -----------------------------------------------------------------
-    def forward_dense(self, token_ids) -> np.ndarray:
-        """Logits [T, vocab] for every position, recomputing everything (no cache)."""
-        return self.forward_dense_hidden_states(token_ids, with_logits=True)[1]
+    def forward_dense(self, token_ids, adapter: LoraAdapter | None = None) -> np.ndarray:
+        """Logits [T, vocab] for every position, recomputing everything (no cache); with `adapter`
+        applied when given."""
+        return self.forward_dense_hidden_states(token_ids, with_logits=True, adapter=adapter)[1]
 
-    def forward_dense_hidden_states(self, token_ids, with_logits: bool = False):
+    def forward_dense_hidden_states(self, token_ids, with_logits: bool = False,
+                                    adapter: LoraAdapter | None = None):
         """Hidden states after the embedding and each layer: [num_layers + 1, T, hidden]
         (and the logits when asked)."""
         cfg = self.config
         ids = np.asarray(token_ids, dtype=np.int64)
         positions = np.arange(len(ids))
+        lora = LoraBatch.single(adapter, cfg, len(ids)) if adapter is not None else None
         x = self._embed(ids)
         states = [x]
         for i, layer in enumerate(self.weights.layers):
-            q, k, v = self._qkv(rms_norm(x, layer.input_norm, cfg.rms_norm_eps), layer, positions)
+            q, k, v = self._qkv(rms_norm(x, layer.input_norm, cfg.rms_norm_eps), layer, positions, lora, i)
             attn = causal_attention(q, k, v, cfg.num_key_value_heads, self.windows[i])
-            x = x + self._out(attn, layer)
-            x = x + self._mlp(rms_norm(x, layer.post_norm, cfg.rms_norm_eps), layer)
+            x = x + self._out(attn, layer, lora, i)
+            x = x + self._mlp(rms_norm(x, layer.post_norm, cfg.rms_norm_eps), layer, lora, i)
             states.append(x)
         hidden = np.stack(states)
         if not with_logits:
@@ -110,11 +115,13 @@ class LlamaModel:
             x = x * np.float32(self.config.embed_scale)
         return x
 
-    def _qkv(self, h: np.ndarray, layer, positions: np.ndarray):
+    def _qkv(self, h: np.ndarray, layer, positions: np.ndarray, lora: LoraBatch | None = None, i: int = 0):
         cfg = self.config
         qkv = h @ layer.qkv                                          # [N, q_size + 2·kv_size]
         if layer.qkv_bias is not None:
             qkv += layer.qkv_bias
+        if lora is not None:
+            lora.apply(i, "qkv", h, qkv)
         n = len(h)
         q = qkv[:, :self.q_size].reshape(n, cfg.num_attention_heads, cfg.head_dim)
         k = qkv[:, self.q_size:self.q_size + self.kv_size].reshape(n, cfg.num_key_value_heads, cfg.head_dim)
@@ -124,13 +131,22 @@ class LlamaModel:
             k = rms_norm(k, layer.k_norm, cfg.rms_norm_eps)
         return self.rope(q, positions), self.rope(k, positions), v
 
-    def _out(self, attn: np.ndarray, layer) -> np.ndarray:
-        out = attn.reshape(len(attn), -1) @ layer.o
+    def _out(self, attn: np.ndarray, layer, lora: LoraBatch | None = None, i: int = 0) -> np.ndarray:
+        flat = attn.reshape(len(attn), -1)
+        out = flat @ layer.o
         if layer.o_bias is not None:
             out += layer.o_bias
+        if lora is not None:
+            lora.apply(i, "o", flat, out)
         return out
 
-    def _mlp(self, h: np.ndarray, layer) -> np.ndarray:
+    def _mlp(self, h: np.ndarray, layer, lora: LoraBatch | None = None, i: int = 0) -> np.ndarray:
         gate_up = h @ layer.gate_up                                  # [N, 2·intermediate]
+        if lora is not None:
+            lora.apply(i, "gate_up", h, gate_up)
         inter = self.config.intermediate_size
-        return (self.act(gate_up[:, :inter]) * gate_up[:, inter:]) @ layer.down
+        inner = self.act(gate_up[:, :inter]) * gate_up[:, inter:]
+        out = inner @ layer.down
+        if lora is not None:
+            lora.apply(i, "down", inner, out)
+        return out

@@ -100,3 +100,28 @@ def write_tiny_checkpoint(directory: str | Path, *, vocab_size: int = 384, seed:
     (directory / "generation_config.json").write_text(json.dumps({"eos_token_id": eos_id}) + "\n")
     save_tokenizer(tok, directory, model_max_length=config.max_position_embeddings)
     return directory
+
+
+def write_random_adapter(directory: str | Path, config: LlamaConfig, *, rank: int = 8, alpha: float = 16.0,
+                         targets=("q_proj", "k_proj", "v_proj", "o_proj"), seed: int = 0,
+                         scale: float = 0.3) -> Path:
+    """A PEFT LoRA adapter directory (adapter_config.json + adapter_model.safetensors, PEFT's names)
+    with random A and B, for a Llama-layout `config` (no peft needed)."""
+    from .lora import targets_of
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    shapes = targets_of(config)
+    tensors = {}
+    for i in range(config.num_hidden_layers):
+        for name in targets:
+            t = shapes[name]
+            p = f"base_model.model.model.layers.{i}.{t.module}.{name}"
+            tensors[p + ".lora_A.weight"] = (rng.standard_normal((rank, t.in_size)) * scale).astype(np.float32)
+            tensors[p + ".lora_B.weight"] = (rng.standard_normal((t.out_size, rank)) * scale).astype(np.float32)
+    save_file(tensors, str(directory / "adapter_model.safetensors"), metadata={"format": "pt"})
+    (directory / "adapter_config.json").write_text(json.dumps({
+        "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": rank, "lora_alpha": alpha,
+        "target_modules": list(targets), "bias": "none", "use_dora": False, "use_rslora": False}, indent=2))
+    return directory

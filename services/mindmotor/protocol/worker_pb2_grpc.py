@@ -84,6 +84,21 @@ class WorkerStub:
                 request_serializer=worker__pb2.RecallRequest.SerializeToString,
                 response_deserializer=worker__pb2.RecallResponse.FromString,
                 _registered_method=True)
+        self.LoadLoraAdapter = channel.unary_unary(
+                '/mindmotor.v1.Worker/LoadLoraAdapter',
+                request_serializer=worker__pb2.LoadLoraAdapterRequest.SerializeToString,
+                response_deserializer=worker__pb2.LoraAdapters.FromString,
+                _registered_method=True)
+        self.UnloadLoraAdapter = channel.unary_unary(
+                '/mindmotor.v1.Worker/UnloadLoraAdapter',
+                request_serializer=worker__pb2.UnloadLoraAdapterRequest.SerializeToString,
+                response_deserializer=worker__pb2.LoraAdapters.FromString,
+                _registered_method=True)
+        self.ListLoraAdapters = channel.unary_unary(
+                '/mindmotor.v1.Worker/ListLoraAdapters',
+                request_serializer=worker__pb2.ListLoraAdaptersRequest.SerializeToString,
+                response_deserializer=worker__pb2.LoraAdapters.FromString,
+                _registered_method=True)
 
 
 class WorkerServicer:
@@ -168,6 +183,29 @@ class WorkerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def LoadLoraAdapter(self, request, context):
+        """LoRA adapters (with --enable-lora). Load: serve the PEFT adapter directory `lora_path` (on
+        the worker's machine) as `lora_name`, replacing one of that name; INVALID_ARGUMENT with the
+        reason for an adapter that cannot be served (nothing changes), FAILED_PRECONDITION when LoRA
+        is off. Unload: new requests naming it are refused, admitted ones finish; NOT_FOUND if
+        unknown. List: the adapters served, and which sit in device slots now.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnloadLoraAdapter(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListLoraAdapters(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -220,6 +258,21 @@ def add_WorkerServicer_to_server(servicer, server):
                     servicer.Recall,
                     request_deserializer=worker__pb2.RecallRequest.FromString,
                     response_serializer=worker__pb2.RecallResponse.SerializeToString,
+            ),
+            'LoadLoraAdapter': grpc.unary_unary_rpc_method_handler(
+                    servicer.LoadLoraAdapter,
+                    request_deserializer=worker__pb2.LoadLoraAdapterRequest.FromString,
+                    response_serializer=worker__pb2.LoraAdapters.SerializeToString,
+            ),
+            'UnloadLoraAdapter': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnloadLoraAdapter,
+                    request_deserializer=worker__pb2.UnloadLoraAdapterRequest.FromString,
+                    response_serializer=worker__pb2.LoraAdapters.SerializeToString,
+            ),
+            'ListLoraAdapters': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListLoraAdapters,
+                    request_deserializer=worker__pb2.ListLoraAdaptersRequest.FromString,
+                    response_serializer=worker__pb2.LoraAdapters.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -492,6 +545,87 @@ class Worker:
             '/mindmotor.v1.Worker/Recall',
             worker__pb2.RecallRequest.SerializeToString,
             worker__pb2.RecallResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LoadLoraAdapter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mindmotor.v1.Worker/LoadLoraAdapter',
+            worker__pb2.LoadLoraAdapterRequest.SerializeToString,
+            worker__pb2.LoraAdapters.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnloadLoraAdapter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mindmotor.v1.Worker/UnloadLoraAdapter',
+            worker__pb2.UnloadLoraAdapterRequest.SerializeToString,
+            worker__pb2.LoraAdapters.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListLoraAdapters(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mindmotor.v1.Worker/ListLoraAdapters',
+            worker__pb2.ListLoraAdaptersRequest.SerializeToString,
+            worker__pb2.LoraAdapters.FromString,
             options,
             channel_credentials,
             insecure,

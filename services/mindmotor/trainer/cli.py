@@ -55,6 +55,11 @@ def _register_train(subparsers) -> None:
     p.add_argument("--tokenizer-from", type=Path, metavar="DIR",
                    help="use this checkpoint's tokenizer and chat template, byte for byte, instead of "
                         "training one (default: --init-from's)")
+    p.add_argument("--lora-rank", type=int, help="train a LoRA adapter of this rank on --init-from's "
+                   "weights (frozen) and write PEFT adapter directories instead of checkpoints")
+    p.add_argument("--lora-alpha", type=float, help="LoRA scaling numerator (scale = alpha / rank; default 16)")
+    p.add_argument("--lora-target-modules", nargs="+", metavar="MODULE",
+                   help="linear layers to adapt (default: q_proj k_proj v_proj o_proj; also gate_proj up_proj down_proj)")
     p.add_argument("--run-name", help="versions are named <run-name>-step<N>")
     p.add_argument("--events", type=Path, help="also write progress events (JSON lines) here")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -73,8 +78,8 @@ def train_overrides(args) -> dict:
             overrides[key] = json.loads(value)
         except json.JSONDecodeError:
             overrides[key] = value
-    for key in ("corpus", "steps", "seed"):
-        if getattr(args, key) is not None:
+    for key in ("corpus", "steps", "seed", "lora_rank", "lora_alpha", "lora_target_modules"):
+        if getattr(args, key, None) is not None:
             overrides[key] = getattr(args, key)
     return overrides
 

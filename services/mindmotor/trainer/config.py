@@ -64,6 +64,10 @@ class TrainConfig:
     eval_batches: int = 8               # micro-batches per validation pass (per process)
     checkpoint_interval: int = 500      # steps between checkpoints (and at the end)
     log_interval: int = 1               # steps between progress events
+    # ---- LoRA (trainer/lora.py): rank 0 trains every weight; > 0 trains an adapter on --init-from ----
+    lora_rank: int = 0
+    lora_alpha: float = 16.0
+    lora_target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
 
     # ---------------------------------------------------------------------------------------
     @classmethod
@@ -130,6 +134,12 @@ class TrainConfig:
                  f"num_attention_heads {self.num_attention_heads} is not a multiple of "
                  f"num_key_value_heads {self.num_key_value_heads}")
         _require(self.head_dim % 2 == 0, f"head_dim {self.head_dim} must be even for RoPE")
+        _require(self.lora_rank >= 0, f"lora_rank must be at least 0 (0: no adapter), got {self.lora_rank}")
+        _require(self.lora_alpha > 0, f"lora_alpha must be positive, got {self.lora_alpha}")
+        lora_targets = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+        bad = [t for t in self.lora_target_modules if t not in lora_targets]
+        _require(bool(self.lora_target_modules) and not bad,
+                 f"lora_target_modules {list(bad or self.lora_target_modules)}: each must be one of {list(lora_targets)}")
         _require(self.seq_len <= self.max_position_embeddings,
                  f"seq_len {self.seq_len} exceeds max_position_embeddings "
                  f"{self.max_position_embeddings}")

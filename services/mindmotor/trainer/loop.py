@@ -184,6 +184,12 @@ class Run:
             load_init_weights(model, init.directory)
             self.parent = init.version
             log.info("weights loaded", extra={"from": str(init.directory), "parent": init.version})
+        if cfg.lora_rank:
+            from .lora import add_lora
+
+            wrapped = add_lora(model, cfg.lora_rank, cfg.lora_alpha, set(cfg.lora_target_modules), cfg.seed)
+            log.info("LoRA adapter", extra={"rank": cfg.lora_rank, "alpha": cfg.lora_alpha,
+                                            "modules": len(wrapped)})
         broadcast_parameters(model, self.ctx)
         return model.train()
 
@@ -278,6 +284,8 @@ class Run:
         return val_loss
 
     def save_checkpoint(self, step: int, val_loss: float | None) -> None:
+        if self.config.lora_rank:
+            return self.save_adapter(step, val_loss)
         rng = gather_objects(capture_rng(), self.ctx)
         if self.ctx.is_main:
             version = f"{self.run_name}-step{step:06d}"
@@ -294,6 +302,21 @@ class Run:
             self.result.checkpoints.append(version)
             self.reporter.checkpoint(step=step, version=version, path=str(path), val_loss=val_loss)
         barrier(self.ctx)
+
+
+    def save_adapter(self, step: int, val_loss: float | None) -> None:
+        """A LoRA run writes PEFT adapter directories (trainer/lora.py), not checkpoints."""
+        from .lora import export_adapter
+
+        cfg = self.config
+        version = f"{self.run_name}-step{step:06d}"
+        path = export_adapter(self.store.root, version, self.model, cfg.lora_rank, cfg.lora_alpha,
+                              cfg.lora_target_modules, base_model=self.options.init_from,
+                              info={"version": version, "run": self.run_name, "step": step, "val_loss": val_loss,
+                                    "init_from": self.options.init_from, "corpus_digest": self.corpus_digest,
+                                    "train_config": cfg.to_dict()})
+        self.result.checkpoints.append(version)
+        self.reporter.checkpoint(step=step, version=version, path=str(path), val_loss=val_loss)
 
 
 def split_block(block: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:

@@ -23,6 +23,10 @@ def validated_config(preset_name: str, overrides: dict, nproc: int, store_root: 
     shaped like that checkpoint, with `tokenizer_from` (default: `init_from`) sized for its
     tokenizer (`init_from.py`)."""
     config = load_config(preset_name or "demo", overrides)
+    if config.lora_rank and not init_from:
+        raise ConfigError("--lora-rank trains an adapter on an existing model: name it with --init-from DIR")
+    if config.lora_rank and (resume or nproc > 1):
+        raise ConfigError("a LoRA run (--lora-rank) runs in one process from the start: no --resume, no --nproc")
     if init_from or tokenizer_from:
         from .init_from import init_source, shaped_like, tokenizer_source
 

@@ -135,6 +135,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         convert=lambda given: not given, help="disable chunked prefill")
     add(eng, "--seed", type=int, setting="engine.seed", help="seeds the requests that bring no seed (a reproducible worker); default: fresh OS "
                                                                    "entropy per request, as vLLM samples unseeded requests")
+
+    lora = parser.add_argument_group("LoRA adapters (vLLM's flags)")
+    add(lora, "--enable-lora", action="store_true", setting="engine.enable_lora",
+        help="serve PEFT LoRA adapters on the base model (requests select one with model: <adapter>)")
+    add(lora, "--lora-modules", nargs="+", metavar="NAME=PATH", setting="engine.lora_modules", convert=lora_modules,
+        help="adapters served from the start, each NAME=PATH (a PEFT adapter directory); needs --enable-lora")
+    add(lora, "--max-loras", type=int, setting="engine.max_loras",
+        help="adapters in device slots at once: one step's batch mixes at most this many (default: %(default)s)")
+    add(lora, "--max-lora-rank", type=int, setting="engine.max_lora_rank",
+        help="adapters of a higher rank are refused (default: %(default)s)")
+    add(lora, "--max-cpu-loras", type=int, setting="engine.max_cpu_loras",
+        help="adapters kept loaded in host memory, least recently used dropped first (default: --max-loras)")
     add(eng, "--resume-retention", type=float, metavar="S", setting="resume_retention_s",
         help="seconds a request's output tokens are kept after it ended, so that another coordinator "
              "can resume its client's stream (Recall); 0: not kept (default: %(default)s)")
@@ -144,6 +156,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add(eng, "--spec-timeout", type=float, setting="spec_timeout_s",
         help="seconds one spec may take to compile in a helper; longer is INVALID_ARGUMENT "
              "(default: %(default)s)")
+
+
+def lora_modules(items: list[str]) -> tuple[tuple[str, str], ...]:
+    """`--lora-modules a=/p/a b=/p/b` (also one argument "a=/p/a b=/p/b" or "a=/p/a,b=/p/b", as a
+    deployment spec's single value carries it) → (("a", "/p/a"), ("b", "/p/b"))."""
+    pairs = []
+    for item in items:
+        for part in item.replace(",", " ").split():
+            name, sep, path = part.partition("=")
+            if not sep or not name or not path:
+                raise ValueError(f"--lora-modules: expected NAME=PATH, got {part!r}")
+            pairs.append((name, path))
+    return tuple(pairs)
 
 
 def _attention(text: str) -> int | str:

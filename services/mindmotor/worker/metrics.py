@@ -88,6 +88,8 @@ class EngineCollector(Collector):
         yield from _tier_metrics(stats)
         yield from _npu_gauges(self.engine.device_snapshot())
         yield from self._vllm(stats)
+        if stats.lora is not None:
+            yield from _lora(stats.lora)
 
     def _vllm(self, stats):
         """The same load under vLLM's names (see `common.vllm_metrics`)."""
@@ -110,6 +112,23 @@ class EngineCollector(Collector):
             family = kind(name, doc, labels=[V.LABEL])
             family.add_metric(m, value)
             yield family
+
+
+def _lora(lora: dict):
+    """vLLM's `lora_requests_info` (the adapters of running and waiting requests, comma-separated,
+    and max_lora as labels; the value is the time of the scrape, as vLLM's) and per-adapter counters."""
+    info = GaugeMetricFamily(V.LORA_REQUESTS_INFO, "Running stats on LoRA requests",
+                             labels=["running_lora_adapters", "waiting_lora_adapters", "max_lora"])
+    info.add_metric([",".join(lora["running_lora_adapters"]), ",".join(lora["waiting_lora_adapters"]),
+                     str(lora["max_lora"])], time.time())
+    yield info
+    requests = CounterMetricFamily("mindmotor_lora_requests", "Requests admitted per LoRA adapter",
+                                   labels=["lora_name"])
+    for name, count in sorted(lora["requests"].items()):
+        requests.add_metric([name], count)
+    yield requests
+    yield _counter("mindmotor_lora_slot_loads", "LoRA adapters copied into a device slot", lora["loads"])
+    yield _counter("mindmotor_lora_slot_load_seconds", "Emulated host-link time of those copies", lora["load_s"])
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:

@@ -95,7 +95,8 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                 with self.admission.track(request_id):
                     await self._stream(lambda: self.engine.generate(request_id, prompt, params, request.priority,
                                                                     continuation=continuation,
-                                                                    keepalive_s=self.stream_keepalive_s),
+                                                                    keepalive_s=self.stream_keepalive_s,
+                                                                    lora=request.lora_name or None),
                                        context, request_id, record)
             finally:
                 self.recall.end(request_id, record)
@@ -226,7 +227,7 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                 timer = self.metrics.request_timer()
                 ids: list[int] = []
                 try:
-                    validated = self.engine.validate(prompt, params)
+                    validated = self.engine.validate(prompt, params, lora=request.lora_name or None)
                     ids = validated.prompt_token_ids
                     async with aclosing(self.engine.submit(request_id, validated, request.priority,
                                                            prefill_only=True)) as outputs:
@@ -281,12 +282,57 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
             self.metrics.role_switches.labels(role=role).inc()
         return previous, drained
 
+    # ---- LoRA adapters --------------------------------------------------------------------------
+    async def LoadLoraAdapter(self, request: pb.LoadLoraAdapterRequest, context) -> pb.LoraAdapters:
+        """Read and check the adapter on the engine thread (it changes the engine's adapters)."""
+        if not request.lora_name or not request.lora_path:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "lora_name and lora_path are required")
+        if not self.engine.engine.config.enable_lora:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                "LoRA adapters are not enabled on this worker (start it with --enable-lora)")
+        try:
+            await self.engine.run_on_engine(lambda e: e.add_lora(request.lora_name, request.lora_path))
+        except ValueError as exc:            # the adapter's reason (model.lora.AdapterError)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"cannot serve LoRA adapter "
+                                                                  f"{request.lora_name!r}: {exc}")
+        log.info("LoRA adapter loaded", extra={"lora_name": request.lora_name, "lora_path": request.lora_path})
+        return await self.lora_adapters()
+
+    async def UnloadLoraAdapter(self, request: pb.UnloadLoraAdapterRequest, context) -> pb.LoraAdapters:
+        if not await self.engine.run_on_engine(lambda e: e.remove_lora(request.lora_name)):
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"no LoRA adapter named {request.lora_name!r}")
+        log.info("LoRA adapter unloaded", extra={"lora_name": request.lora_name})
+        return await self.lora_adapters()
+
+    async def ListLoraAdapters(self, request: pb.ListLoraAdaptersRequest, context) -> pb.LoraAdapters:
+        return await self.lora_adapters()
+
+    async def lora_adapters(self) -> pb.LoraAdapters:
+        return await self.engine.run_on_engine(lora_listing)
+
     async def Drain(self, request: pb.DrainRequest, context) -> pb.DrainResponse:
         await self.admission.start_drain()
         if request.wait:
             await self.admission.wait_idle(request.timeout_s or None)
         in_flight = len(self.admission.in_flight)
         return pb.DrainResponse(in_flight=in_flight, drained=in_flight == 0)
+
+
+def lora_listing(engine) -> pb.LoraAdapters:
+    """The engine's adapters as the proto (on the engine thread)."""
+    slots = engine.lora
+    if slots is None:
+        return pb.LoraAdapters(enabled=False)
+    info = slots.info(engine.scheduler.block_holders(), engine.scheduler.waiting)
+    resident = {s.record.name for s in slots.slots if s.record is not None}
+    adapters = []
+    for name, path in sorted(slots.known.items()):
+        record = slots.host.get(name)
+        adapters.append(pb.LoraAdapter(name=name, path=path, rank=record.rank if record else 0,
+                                       resident=name in resident, requests=slots.requests.get(name, 0)))
+    return pb.LoraAdapters(enabled=True, adapters=adapters, max_loras=slots.max_loras,
+                           max_lora_rank=slots.max_rank, running=info["running_lora_adapters"],
+                           waiting=info["waiting_lora_adapters"])
 
 
 async def _refuse(context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str,

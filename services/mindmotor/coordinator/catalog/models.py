@@ -22,6 +22,7 @@ theirs. An instance not checked yet counts as serving the model's tokenizer.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,7 @@ class ServedModel:
     root: str                   # what /v1/models shows: the name or a configured URI, never a local path
     tokens: TokenText           # single-token text and bytes (logprobs), cached
     versions: frozenset[str] | None = None   # routed only to these versions (None: any)
+    lora: str | None = None     # the LoRA adapter the request named (`name` is then its base model)
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,7 @@ class ModelCatalog:
         self._by_digest: dict[str, ModelTokenizer] = {}          # digest -> tokenizer (versions' own)
         self._version_digest: dict[tuple[str, str], str] = {}     # (model, version) -> digest reported
         self._version_tokens: dict[str, TokenText] = {}          # digest -> its TokenText
+        self.adapters = None        # catalog/adapters.py AdapterDirectory: adapter names resolve to their base
 
     # ---- local checkpoint directories ----------------------------------------------------
     def load_local(self) -> None:
@@ -146,6 +149,10 @@ class ModelCatalog:
             if len(names) != 1:
                 raise BadRequest("'model' is required", param="model", code="missing_model")
             name = names[0]
+        parent = self.adapters.parent(name) if self.adapters is not None and name not in names else None
+        if parent is not None and parent in names:         # a LoRA adapter: its base model's, with the adapter
+            base = self.resolve(parent, choose_version)
+            return dataclasses.replace(base, lora=name)
         if name not in names:
             raise ModelNotFound(f"the model {name!r} does not exist; available: {', '.join(names) or 'none'}",
                                 param="model", code="model_not_found")

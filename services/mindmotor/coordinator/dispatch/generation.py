@@ -84,6 +84,7 @@ class GenerationRequest:
     max_new_tokens: int                       # resolved max_tokens (for the load estimate)
     priority: int = 0
     versions: frozenset[str] | None = None    # the versions its prompt was tokenized for (None: any)
+    lora: str | None = None                   # the LoRA adapter (None: the base model)
 
 
 class Generation:
@@ -108,7 +109,7 @@ class Generation:
         self.busy: set[str] = set()           # instances that refused it as busy
         self.retry_after_s = retry_after_s
         self.instances: list[str] = []        # where each attempt went
-        self.route = RouteRequest(request.prompt_token_ids, request.max_new_tokens)
+        self.route = RouteRequest(request.prompt_token_ids, request.max_new_tokens, lora=request.lora)
         self.source: tuple[str, str] = ("", "")   # the current worker call (instance, request id)
         self._final: Piece | None = None          # resumed after its last token: only the finish is left
 
@@ -196,7 +197,7 @@ class Generation:
         call_id = f"{req.request_id}.p.{secrets.token_hex(3)}"
         self.source = (instance.instance_id, call_id)
         call = self.channels.stub(instance.address).Prefill(
-            prefill_request(call_id, req.prompt_token_ids, req.sampling.to_proto(), req.priority),
+            prefill_request(call_id, req.prompt_token_ids, req.sampling.to_proto(), req.priority, req.lora),
             timeout=self.prefill_timeout_s)
         watch = self._watch(instance, call, deadline=False)     # unary: no keepalives, only the table's word
         self.router.table.begin(instance.instance_id, cost)
@@ -272,7 +273,8 @@ class Generation:
         req = self.request
         # unique even when clients reuse an X-Request-Id: a clash on the worker is not its failure
         attempt_id = f"{req.request_id}.{len(self.instances) - 1}.{secrets.token_hex(3)}"
-        out = pb.GenerateRequest(request_id=attempt_id, sampling=req.sampling.to_proto(), priority=req.priority)
+        out = pb.GenerateRequest(request_id=attempt_id, sampling=req.sampling.to_proto(), priority=req.priority,
+                                 lora_name=req.lora or "")
         out.prompt_token_ids.ids.extend(req.prompt_token_ids)
         if self.produced:       # continue after what the client has: moved, or the decode half of a split
             out.continuation.output_token_ids.extend(self.produced)

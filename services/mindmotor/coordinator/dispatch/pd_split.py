@@ -59,8 +59,8 @@ class Handoff:
 
 
 def prefill_request(request_id: str, prompt_token_ids: list[int], sampling: pb.SamplingParams,
-                    priority: int) -> pb.PrefillRequest:
-    out = pb.PrefillRequest(request_id=request_id, sampling=sampling, priority=priority)
+                    priority: int, lora: str | None = None) -> pb.PrefillRequest:
+    out = pb.PrefillRequest(request_id=request_id, sampling=sampling, priority=priority, lora_name=lora or "")
     out.prompt_token_ids.ids.extend(prompt_token_ids)
     return out
 

@@ -47,7 +47,8 @@ async def generate(c: Coordinator, request: Request, request_id: str, model: Ser
             index = len(generations)
             req = GenerationRequest(request_id=f"{request_id}-{index}", model=model.name,
                                     prompt_token_ids=prompt.token_ids, sampling=sampling.for_choice(j),
-                                    max_new_tokens=max_new[p_index], priority=priority, versions=model.versions)
+                                    max_new_tokens=max_new[p_index], priority=priority, versions=model.versions,
+                                    lora=model.lora)
             generations.append(Generation(req, c.router, c.channels, c.metrics,
                                           ChoiceTimer(c.metrics, model.name, arrival), c.settings.max_retry,
                                           c.settings.prefill_timeout_s, retry_after_s=c.settings.retry_after_s,

@@ -32,6 +32,7 @@ log = logging.getLogger("mindmotor.coordinator.access")
 
 _SANE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 API_PREFIXES = ("/v1/", "/tokenize", "/detokenize", "/v2/models")   # /v2/models: KServe v2 / Triton
+ADMIN_PATHS = ("/v1/load_lora_adapter", "/v1/unload_lora_adapter")   # as routes/lora.py's
 
 
 async def send_error(send: Send, exc: APIError) -> None:
@@ -104,7 +105,8 @@ class GateMiddleware:
         self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope.get("path", "").startswith(API_PREFIXES):
+        if scope["type"] != "http" or not scope.get("path", "").startswith(API_PREFIXES) \
+                or scope.get("path") in ADMIN_PATHS:      # the admin token is their credential (routes/lora.py)
             return await self.app(scope, receive, send)
         try:
             identity = await self._check(scope)

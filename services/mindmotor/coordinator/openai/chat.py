@@ -42,7 +42,7 @@ async def create_chat_completion(c: Coordinator, body: ChatCompletionRequest, re
                              "another structured output", param="tool_choice")
         sampling = dataclasses.replace(sampling, structured=forced)
     rid = request_id(request)
-    fmt = ChatFormat(f"chatcmpl-{rid}", int(time.time()), model.name, model.tokens,
+    fmt = ChatFormat(f"chatcmpl-{rid}", int(time.time()), model.lora or model.name, model.tokens,
                      body.logprobs, body.top_logprobs or 0, body.include_usage,
                      prompt_logprobs=body.prompt_logprobs, as_ids=body.return_tokens_as_token_ids,
                      prompt_token_ids=list(prompt.token_ids), tools=tools,

@@ -37,7 +37,7 @@ async def create_completion(c: Coordinator, body: CompletionRequest, request: Re
         echo = EchoOptions(texts=[t for t in texts for _ in range(body.n)], token_ids=prompt_ids,
                            score_only=body.max_tokens == 0)
     rid = request_id(request)
-    fmt = CompletionFormat(f"cmpl-{rid}", int(time.time()), model.name, model.tokens, body.logprobs, echo,
+    fmt = CompletionFormat(f"cmpl-{rid}", int(time.time()), model.lora or model.name, model.tokens, body.logprobs, echo,
                            body.include_usage, prompt_logprobs=body.prompt_logprobs,
                            as_ids=body.return_tokens_as_token_ids, prompt_ids=prompt_ids,
                            running=RunningUsage([len(p) for p in prompt_ids]) if body.continuous_usage else None)

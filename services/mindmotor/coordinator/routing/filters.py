@@ -5,6 +5,9 @@ filters, then a picker — here the model's policy). A step that leaves none mak
 - `Excluded`: not an instance this request already tried or found busy;
 - `OfVersions`: of the versions the request was tokenized for (when its versions tokenize
   differently: `ModelCatalog.resolve`);
+- `AdapterAffinity`: for a request naming a LoRA adapter, the instances holding it — those with it
+  in a device slot now if any (no slot load before its first token), else all holders; the policy
+  then picks among them by load (affinity, then load);
 - `TrafficSplit`: of the one version the model's traffic weights (canary, A/B) pick now — stateful,
   per model (or per model and version group), a smooth weighted round robin (`VersionSplit`).
 """
@@ -37,6 +40,26 @@ def excluded(candidates: list[InstanceView], ctx: RouteContext) -> list[Instance
 
 def of_versions(candidates: list[InstanceView], ctx: RouteContext) -> list[InstanceView]:
     return candidates if ctx.versions is None else [c for c in candidates if c.version in ctx.versions]
+
+
+class AdapterAffinity:
+    """See the module docstring; `directory`: catalog/adapters.py's `AdapterDirectory` (None: no
+    adapters known, requests naming one find no instance)."""
+
+    def __init__(self):
+        self.directory = None
+
+    def __call__(self, candidates: list[InstanceView], ctx: RouteContext) -> list[InstanceView]:
+        lora = getattr(ctx.request, "lora", None)
+        if not lora:
+            return candidates
+        if self.directory is None:
+            return []
+        holders = self.directory.holders(lora)
+        holding = [c for c in candidates if c.instance_id in holders]
+        resident = self.directory.resident(lora)
+        warm = [c for c in holding if c.instance_id in resident]
+        return warm or holding
 
 
 class TrafficSplit:

@@ -21,7 +21,8 @@ from __future__ import annotations
 from typing import Callable, Collection
 
 from mindmotor.coordinator.http.errors import ServiceUnavailable
-from mindmotor.coordinator.routing.filters import Filter, RouteContext, TrafficSplit, excluded, of_versions
+from mindmotor.coordinator.routing.filters import (AdapterAffinity, Filter, RouteContext, TrafficSplit, excluded,
+                                                   of_versions)
 from mindmotor.coordinator.routing.table import InstanceView, RoutingTable
 from mindmotor.coordinator.routing.policies import LeastLoad, Policy, RouteRequest
 
@@ -45,7 +46,8 @@ class Router:
         self._table_traffic: dict[str, dict[str, float]] = {}
         self._policies: dict[tuple[str, str, str], Policy] = {}
         self.traffic_split = TrafficSplit(self.traffic)
-        self.filters: list[Filter] = [excluded, of_versions, self.traffic_split]
+        self.adapter_affinity = AdapterAffinity()
+        self.filters: list[Filter] = [excluded, of_versions, self.adapter_affinity, self.traffic_split]
         self._on_routed = on_routed
         self._versions: dict[str, str] = {}      # instance id -> its version, as last routed to
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from mindmotor.coordinator.http.routes import chat, completions, health, kserve, models, responses, tokenize
+from mindmotor.coordinator.http.routes import chat, completions, health, kserve, lora, models, responses, tokenize
 
 
 def api_router() -> APIRouter:
     router = APIRouter()
-    for module in (completions, chat, responses, models, tokenize, health, kserve):
+    for module in (completions, chat, responses, models, tokenize, health, kserve, lora):
         router.include_router(module.router)
     return router

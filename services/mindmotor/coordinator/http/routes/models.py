@@ -13,13 +13,29 @@ def model_card(c: Coordinator, name: str) -> dict:
             "root": c.catalog.root(name), "parent": None, "max_model_len": c.catalog.max_model_len(name) or None}
 
 
+def adapter_card(c: Coordinator, name: str, parent: str) -> dict:
+    """A LoRA adapter, as vLLM lists one: its own id, `parent` the base model it runs on."""
+    return {**model_card(c, parent), "id": name, "root": name, "parent": parent}
+
+
+def adapters(c: Coordinator) -> dict[str, str]:
+    names = set(c.catalog.names())
+    served = c.catalog.adapters.adapters() if c.catalog.adapters is not None else {}
+    return {name: parent for name, parent in sorted(served.items()) if parent in names and name not in names}
+
+
 @router.get("/v1/models")
 async def list_models(c: CoordinatorDep):
-    return {"object": "list", "data": [model_card(c, name) for name in c.catalog.names()]}
+    cards = [model_card(c, name) for name in c.catalog.names()]
+    cards += [adapter_card(c, name, parent) for name, parent in adapters(c).items()]
+    return {"object": "list", "data": cards}
 
 
 @router.get("/v1/models/{name:path}")
 async def get_model(name: str, c: CoordinatorDep):
-    if name not in c.catalog.names():
+    if name in c.catalog.names():
+        return model_card(c, name)
+    parent = adapters(c).get(name)
+    if parent is None:
         raise NotFound(f"the model {name!r} does not exist", param="model", code="model_not_found")
-    return model_card(c, name)
+    return adapter_card(c, name, parent)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
-from mindmotor.common.block_hash import block_hashes
+from mindmotor.common.block_hash import ROOT_HASH, adapter_root, block_hashes
 
 from mindmotor.coordinator.routing.table import InstanceView
 
@@ -15,6 +15,7 @@ from mindmotor.coordinator.routing.table import InstanceView
 class RouteRequest:
     prompt_token_ids: Sequence[int] = ()
     max_new_tokens: int = 0
+    lora: str | None = None            # the LoRA adapter (routing/filters.py: instances holding it)
     _hashes: dict[int, list[bytes]] = field(default_factory=dict, repr=False)
 
     @property
@@ -26,7 +27,8 @@ class RouteRequest:
         """The chained hashes of the prompt's full blocks (as the workers' prefix cache keys them)."""
         hashes = self._hashes.get(block_size)
         if hashes is None:
-            hashes = self._hashes[block_size] = block_hashes(self.prompt_token_ids, block_size)
+            root = adapter_root(self.lora) if self.lora else ROOT_HASH     # as engine/lora_slots.py keys it
+            hashes = self._hashes[block_size] = block_hashes(self.prompt_token_ids, block_size, root=root)
         return hashes
 
 
