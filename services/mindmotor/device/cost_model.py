@@ -306,11 +306,6 @@ class CostModel:
                             kernels=kernels, flops=flops, bytes=nbytes, fixed_s=kernels * kp.gemm_tau_s,
                             k=kp.roofline_k)
 
-    def host_copy_seconds(self, nbytes: int, alpha_s: float = 10e-6, eta: float = LINK_ETA) -> float:
-        """A copy of `nbytes` from host memory to the card (a LoRA slot load): alpha + bytes /
-        (eta · the host link's bandwidth)."""
-        return alpha_s + nbytes / (eta * self.spec.host_link_bandwidth)
-
     def kv_transfer_seconds(self, num_tokens: int, link: str = "intra_node",
                             alpha_s: float | None = None, eta: float = LINK_ETA) -> float:
         """alpha + bytes / (eta * link bandwidth), bytes = num_tokens * 2 L hkv e b."""
@@ -326,5 +321,6 @@ class CostModel:
 
     def host_copy_seconds(self, nbytes: float, num_dmas: int = 1) -> float:
         """Card <-> host memory over the host link (PCIe), one direction: `num_dmas` copies'
-        latency + bytes / (eta * host link bandwidth). The KV host tier prices every copy with it."""
+        latency + bytes / (eta * host link bandwidth). The KV host tier's copies and LoRA slot loads are
+        priced with it."""
         return num_dmas * HOST_LINK_ALPHA_S + nbytes / (HOST_LINK_ETA * self.spec.host_link_bandwidth)
