@@ -195,3 +195,42 @@ def test_host_memory_stays_under_the_budget_while_12x_the_budget_goes_through():
     assert budget - 2 * 2**20 <= tier.held_array_bytes() <= budget
     if rss_before is not None:
         assert peak_rss - rss_before < budget + 16 * 2**20, f"RSS grew {(peak_rss - rss_before) / 2**20:.0f} MiB"
+
+
+def test_a_worker_that_dies_mid_load_loses_nothing(tiny_ckpt, reference):
+    """The sessions run on worker `a` until a request is loading its prefix from `a`'s host tier;
+    then `a` dies (dropped with its tier and its KV) and every unfinished request goes on on a fresh
+    worker `b`, as the coordinator's failover sends it: a continuation carrying the tokens made so
+    far. The outputs are the reference's: nothing of the tier's is needed to be right."""
+    from mindmotor.engine.continuation import Continuation
+
+    clock = Clock()
+    current = engine(tiny_ckpt, clock, kv_host_bytes=2**20, cache_chunk_size=4096)
+    rng = np.random.default_rng(3)                       # the same sessions as `sessions` makes
+    prompts = [list(rng.integers(1, current.vocab_size, 12)) for _ in range(5)]
+    got: dict[str, list[int]] = {}
+    died = False
+    for turn in range(4):
+        asked = {f"s{s}-t{turn}": prompts[s] for s in range(5)}
+        for rid, prompt in asked.items():
+            current.add_request(rid, prompt, GREEDY)
+        outs: dict[str, list[int]] = {rid: [] for rid in asked}
+        while current.has_unfinished_requests():
+            if not died and current.kv_tier.num_loading:          # mid-load: the worker dies here
+                died = True
+                unfinished = [rid for rid in asked if current.requests.get(rid) is not None]
+                current = engine(tiny_ckpt, clock, kv_host_bytes=2**20, cache_chunk_size=4096)
+                for rid in unfinished:
+                    current.add_request(rid, asked[rid], GREEDY, continuation=Continuation(tuple(outs[rid])))
+                continue
+            for out in current.step():
+                outs[out.request_id].extend(out.new_token_ids)
+            clock.now += current.last_step_s
+            if current.last_step_s == 0.0:
+                clock.now = max(clock.now, current.next_kv_ready_at())
+        got.update(outs)
+        for s in range(5):
+            prompts[s] = prompts[s] + outs[f"s{s}-t{turn}"] + list(rng.integers(1, current.vocab_size,
+                                                                                 int(rng.integers(3, 9))))
+    assert died
+    assert got == reference
