@@ -53,7 +53,7 @@ def note_ignored(request: Request, names: Iterable[str]) -> None:
 
 
 def header_value(names: list[str]) -> str:
-    shown = names[:MAX_NAMES]
+    shown = [n.strip() or '""' for n in names[:MAX_NAMES]]       # a header value neither ends in a space nor is empty
     more = len(names) - len(shown)
     value = ", ".join(shown) + (f", ... ({more} more)" if more else "")
     return "".join(c if " " <= c <= "~" else "?" for c in value)     # printable ASCII: any name fits a header

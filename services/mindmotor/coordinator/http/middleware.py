@@ -33,7 +33,7 @@ from mindmotor.coordinator.http.rate_limit import RateLimiter
 log = logging.getLogger("mindmotor.coordinator.access")
 
 _SANE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
-API_PREFIXES = ("/v1/", "/tokenize", "/detokenize", "/v2/models")   # /v2/models: KServe v2 / Triton
+API_PREFIXES = ("/v1/", "/tokenize", "/detokenize", "/v2/models", "/invocations")   # /v2/models: KServe v2 / Triton
 
 
 async def send_error(send: Send, exc: APIError) -> None:

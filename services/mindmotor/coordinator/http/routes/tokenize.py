@@ -4,6 +4,7 @@ from fastapi import APIRouter, Request
 
 from mindmotor.coordinator.http.errors import BadRequest
 from mindmotor.coordinator.http.ignored import note_ignored, unknown_fields
+from mindmotor.coordinator.http.openapi import DetokenizeResponse, TokenizeResponse, api_errors
 from mindmotor.coordinator.openai.prompts import TemplateOptions, chat_text, encode_text
 from mindmotor.coordinator.openai.schemas import DetokenizeRequest, TokenizeRequest
 from mindmotor.coordinator.state import CoordinatorDep
@@ -11,7 +12,7 @@ from mindmotor.coordinator.state import CoordinatorDep
 router = APIRouter()
 
 
-@router.post("/tokenize")
+@router.post("/tokenize", responses={200: {"model": TokenizeResponse}, **api_errors()})
 async def tokenize(body: TokenizeRequest, request: Request, c: CoordinatorDep):
     note_ignored(request, unknown_fields(body))
     model = c.catalog.resolve(body.model)
@@ -33,7 +34,7 @@ async def tokenize(body: TokenizeRequest, request: Request, c: CoordinatorDep):
     return out
 
 
-@router.post("/detokenize")
+@router.post("/detokenize", responses={200: {"model": DetokenizeResponse}, **api_errors()})
 async def detokenize(body: DetokenizeRequest, request: Request, c: CoordinatorDep):
     note_ignored(request, unknown_fields(body))
     model = c.catalog.resolve(body.model)
