@@ -126,6 +126,8 @@ def test_continue_final_message_and_echo(http, model_name):
                                            {"role": "tool", "content": "42"}]}, "messages.2.tool_call_id"),
     ("/v1/chat/completions", {"chat_template_kwargs": {"messages": []}}, "chat_template_kwargs.messages"),
     ("/v1/chat/completions", {"truncate_prompt_tokens": 0}, "truncate_prompt_tokens"),
+    ("/v1/completions", {"n": 10**18}, "n"),            # refused before anything is made per choice
+    ("/v1/chat/completions", {"n": 10**18}, "n"),
 ])
 def test_refused_with_a_400_naming_the_field(http, model_name, path, extra, param):
     body = {"model": model_name, **({"prompt": "hi"} if path == "/v1/completions" else {"messages": [USER]}), **extra}

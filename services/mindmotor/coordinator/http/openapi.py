@@ -10,6 +10,7 @@ The response models here are documentation only — the routes build plain dicts
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from fastapi import FastAPI
@@ -206,11 +207,19 @@ def install_openapi(app: FastAPI, extra_schemas: dict[str, type[BaseModel]] | No
 
     def openapi() -> dict:
         if app.openapi_schema is None:
-            doc = get_openapi(title=app.title, version=__version__, description=app.description, routes=app.routes)
+            with warnings.catch_warnings():      # GET and HEAD of one route share an operation id: made unique below
+                warnings.simplefilter("ignore", UserWarning)
+                doc = get_openapi(title=app.title, version=__version__, description=app.description, routes=app.routes)
+            seen: set[str] = set()
             for operations in doc.get("paths", {}).values():
-                for operation in operations.values():
-                    responses = operation.get("responses", {})
-                    responses.pop("422", None)
+                for method, operation in operations.items():
+                    operation.get("responses", {}).pop("422", None)
+                    for response in operation.get("responses", {}).values():
+                        if response.get("content") == {}:
+                            del response["content"]          # a status without a body
+                    if operation.get("operationId") in seen:
+                        operation["operationId"] = f"{operation['operationId']}_{method}"
+                    seen.add(operation.get("operationId"))
             schemas = doc.get("components", {}).get("schemas", {})
             for unused in ("HTTPValidationError", "ValidationError"):
                 schemas.pop(unused, None)

@@ -11,7 +11,7 @@ from starlette.responses import Response
 
 from mindmotor.coordinator.openai.chat_format import ChatFormat
 from mindmotor.coordinator.http.errors import BadRequest
-from mindmotor.coordinator.dispatch.planning import generate
+from mindmotor.coordinator.dispatch.planning import check_n, generate
 from mindmotor.coordinator.dispatch.respond import OutputFormat
 from mindmotor.coordinator.http.ignored import note_ignored
 from mindmotor.coordinator.openai.prompts import TemplateOptions, chat_prompt, truncation
@@ -31,6 +31,7 @@ async def create_chat_completion(c: Coordinator, body: ChatCompletionRequest, re
         raise BadRequest("top_logprobs requires logprobs to be true", param="top_logprobs")
     if body.prompt_logprobs is not None and body.stream:
         raise BadRequest("prompt_logprobs are not available when stream is true", param="prompt_logprobs")
+    check_n(c, 1, body.n)                     # before anything per choice
     tools = tool_plan(body, c.settings.max_tools)
     options = TemplateOptions.of(body, tools.tools)
     note_ignored(request, options.unused(model.tokenizer))

@@ -9,7 +9,7 @@ from starlette.responses import Response
 
 from mindmotor.coordinator.openai.completion_format import CompletionFormat, EchoOptions
 from mindmotor.coordinator.http.errors import BadRequest
-from mindmotor.coordinator.dispatch.planning import generate
+from mindmotor.coordinator.dispatch.planning import check_n, generate
 from mindmotor.coordinator.openai.prompts import completion_prompts, truncation
 from mindmotor.coordinator.openai.running_usage import RunningUsage
 from mindmotor.coordinator.openai.sampling import sampling_from_request
@@ -26,6 +26,7 @@ async def create_completion(c: Coordinator, body: CompletionRequest, request: Re
         raise BadRequest("min_tokens must be 0 when max_tokens is 0", param="min_tokens")
     keep = truncation(body.truncate_prompt_tokens, model.max_model_len)
     prompts = await completion_prompts(body.prompt, model.tokenizer, model.max_model_len, body.add_special_tokens, keep)
+    check_n(c, len(prompts), body.n)          # before the per-choice lists below
     prompt_lp = body.prompt_logprobs
     if body.echo and body.logprobs is not None:        # the echoed prompt's logprobs come from the prefill
         prompt_lp = max(prompt_lp or 0, body.logprobs)
