@@ -72,10 +72,10 @@ CHAT = {"messages": [{"role": "user", "content": "hi"}]}
     ("/v1/chat/completions", {"tool_choice": "required"}, "tool_choice"),
     ("/v1/chat/completions", {"prompt_logprobs": 1, "stream": True}, "prompt_logprobs"),
     ("/v1/completions", {"use_beam_search": True}, "use_beam_search"),
-    ("/v1/completions", {"truncate_prompt_tokens": 3}, "truncate_prompt_tokens"),
-    ("/v1/completions", {"skip_special_tokens": False}, "skip_special_tokens"),
+    ("/v1/completions", {"spaces_between_special_tokens": False}, "spaces_between_special_tokens"),
+    ("/v1/completions", {"prompt_embeds": ["AAAA"]}, "prompt_embeds"),
     ("/v1/chat/completions", {"chat_template": "{{ messages }}"}, "chat_template"),
-    ("/v1/chat/completions", {"continue_final_message": True}, "continue_final_message"),
+    ("/v1/chat/completions", {"continue_final_message": True}, "continue_final_message"),   # with add_generation_prompt
     ("/v1/completions", {"allowed_token_ids": []}, "allowed_token_ids"),
     ("/v1/completions", {"min_p": 1.5}, "min_p"),
     ("/v1/completions", {"repetition_penalty": 0}, "repetition_penalty"),

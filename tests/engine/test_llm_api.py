@@ -24,6 +24,27 @@ def test_generate_accepts_strings_and_token_lists(tiny_ckpt):
     assert len(single) == 1 and single[0].token_ids == by_ids.token_ids
 
 
+def test_generate_returns_vllms_request_output_shape(tiny_ckpt):
+    llm = LLM(model=str(tiny_ckpt))
+    ids = llm.tokenizer.encode("print('hi')")
+    by_text, by_ids = llm.generate(["print('hi')", ids], SamplingParams(max_tokens=5, temperature=0, ignore_eos=True))
+    assert by_text.prompt == "print('hi')" and by_ids.prompt is None
+    assert by_text.prompt_token_ids == by_ids.prompt_token_ids == ids
+    (out,) = by_text.outputs
+    assert by_text.finished and out.finished() and out.index == 0 and out.finish_reason == "length"
+    assert len(out.token_ids) == 5 and out.text == llm.tokenizer.decode(out.token_ids)
+    assert (by_text.text, by_text.token_ids, by_text.finish_reason) == (out.text, out.token_ids, out.finish_reason)
+
+
+def test_skip_special_tokens_false_keeps_them(tiny_ckpt):
+    llm = LLM(model=str(tiny_ckpt))
+    (im_start,) = llm.tokenizer.encode("<|im_start|>")
+    params = dict(max_tokens=2, temperature=0, logit_bias={im_start: 100})
+    kept = llm.generate("hi", SamplingParams(**params, skip_special_tokens=False))[0].outputs[0]
+    assert kept.token_ids == [im_start] * 2 and kept.text == "<|im_start|>" * 2
+    assert llm.generate("hi", SamplingParams(**params))[0].outputs[0].text == ""
+
+
 def test_unicode_text_streams_whole_characters(tiny_ckpt):
     llm = LLM(model=str(tiny_ckpt))
     engine = llm.engine

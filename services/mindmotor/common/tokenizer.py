@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 import jinja2
+import jinja2.meta
 import jinja2.sandbox
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
@@ -161,8 +162,10 @@ class Tokenizer:
     def vocab_size(self) -> int:
         return self.hf.get_vocab_size(with_added_tokens=True)
 
-    def encode(self, text: str) -> list[int]:
-        return self.hf.encode(text, add_special_tokens=False).ids
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        """The text's token ids; `add_special_tokens`: with what the tokenizer's post-processor
+        adds around a sequence (a BOS, for Llama's), as Hugging Face's and vLLM's option."""
+        return self.hf.encode(text, add_special_tokens=add_special_tokens).ids
 
     @functools.cached_property
     def max_token_chars(self) -> int:
@@ -172,11 +175,11 @@ class Tokenizer:
         return max(1, max((len(t) for t in self.hf.decode_batch([[i] for i in range(size)],
                                                                  skip_special_tokens=False)), default=1))
 
-    def encode_many(self, texts: list[str]) -> list[list[int]]:
+    def encode_many(self, texts: list[str], add_special_tokens: bool = False) -> list[list[int]]:
         """`encode` of each text, in the tokenizers library's batch call, which releases the GIL
         while it works (the single `encode` holds it: 0.5 s per MB of text with every other
         thread of the process stopped) — call it on a worker thread to keep an event loop free."""
-        return [e.ids for e in self.hf.encode_batch(texts, add_special_tokens=False)]
+        return [e.ids for e in self.hf.encode_batch(texts, add_special_tokens=add_special_tokens)]
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         return self.hf.decode(list(ids), skip_special_tokens=skip_special_tokens)
@@ -184,16 +187,50 @@ class Tokenizer:
     def id_to_token(self, token_id: int) -> str | None:
         return self.hf.id_to_token(int(token_id))
 
-    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True,
-                            tools: list[dict] | None = None) -> str:
+    def _compiled_template(self) -> jinja2.Template:
         if not self.chat_template:
             raise TokenizerError("this model has no chat template (tokenizer_config.json: chat_template)")
         if self._template is None:
             env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
             self._template = env.from_string(self.chat_template)
-        return self._template.render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                     bos_token=self.bos_token or "", eos_token=self.eos_token or "",
-                                     tools=tools or None)
+        return self._template
+
+    @functools.cached_property
+    def template_variables(self) -> frozenset[str]:
+        """The variables the chat template reads (none without a template): a request's
+        `chat_template_kwargs` or `documents` that it does not read change nothing."""
+        if not self.chat_template:
+            return frozenset()
+        env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        return frozenset(jinja2.meta.find_undeclared_variables(env.parse(self.chat_template)))
+
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True,
+                            tools: list[dict] | None = None, documents: list[dict] | None = None,
+                            continue_final_message: bool = False, extra: dict | None = None) -> str:
+        """The messages rendered by the chat template. `extra`: more template variables (a request's
+        `chat_template_kwargs`, e.g. `enable_thinking`). `continue_final_message`: the text ends
+        with the last message's content, left open for the model to continue (what the template
+        writes after it, an end-of-turn token, is cut) — as Hugging Face's `apply_chat_template`."""
+        text = self._compiled_template().render(
+            **(extra or {}), messages=messages, add_generation_prompt=add_generation_prompt,
+            bos_token=self.bos_token or "", eos_token=self.eos_token or "", tools=tools or None,
+            documents=documents or None)
+        if continue_final_message:
+            text = _cut_after_final_message(text, messages[-1].get("content") or "")
+        return text
+
+
+def _cut_after_final_message(text: str, final: str) -> str:
+    """`text` up to the end of the final message's content (its last occurrence); ValueError when
+    the template did not write it."""
+    stripped = final.strip()
+    if not stripped or stripped not in text:
+        raise TokenizerError("continue_final_message needs a final message with content that the chat "
+                             "template writes into the prompt")
+    at = text.rindex(stripped)
+    if text[at:at + len(final.lstrip())] == final.lstrip():
+        return text[:at + len(final.lstrip())]     # the template kept its trailing spaces
+    return text[:at + len(stripped)]
 
 
 class IncrementalDetokenizer:
@@ -204,10 +241,12 @@ class IncrementalDetokenizer:
     first generated token decodes as it would after the prompt.
     """
 
-    def __init__(self, tokenizer: Tokenizer, prompt_ids: Sequence[int] = (), window: int = 6):
+    def __init__(self, tokenizer: Tokenizer, prompt_ids: Sequence[int] = (), window: int = 6,
+                 skip_special_tokens: bool = True):
         self.tokenizer = tokenizer
+        self.skip_special_tokens = skip_special_tokens
         primer = [int(t) for t in prompt_ids[-window:]]
-        self._stream = DecodeStream(ids=primer or None, skip_special_tokens=True)
+        self._stream = DecodeStream(ids=primer or None, skip_special_tokens=skip_special_tokens)
         self.ids: list[int] = []
         self.text = ""
 
@@ -224,7 +263,7 @@ class IncrementalDetokenizer:
 
     def flush(self) -> str:
         """At the end of a sequence: emit whatever was held back (an incomplete character)."""
-        full = self.tokenizer.decode(self.ids)
+        full = self.tokenizer.decode(self.ids, skip_special_tokens=self.skip_special_tokens)
         delta = full[len(self.text):] if full.startswith(self.text) else ""
         self.text += delta
         return delta

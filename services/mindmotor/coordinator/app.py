@@ -31,7 +31,10 @@ from mindmotor.coordinator.http.rate_limit import MemoryRateLimiter, RateLimiter
 from mindmotor.coordinator.dispatch.resume import new_key
 from mindmotor.coordinator.openai.responses.store import StoreLimits, make_store
 from mindmotor.coordinator.routing.router import Router
+from mindmotor.coordinator.http.openapi import install_openapi
 from mindmotor.coordinator.http.routes import api_router
+from mindmotor.coordinator.http.routes.docs import mount_assets
+from mindmotor.coordinator.openai.responses.request import ResponsesRequest
 from mindmotor.coordinator.routing.policies import make_policy
 from mindmotor.coordinator.state import Coordinator
 from mindmotor.coordinator.routing.static_source import StaticWorkerSource
@@ -127,6 +130,8 @@ def create_app(settings: CoordinatorSettings, coordinator: Coordinator | None = 
     app.state.coordinator = c
     install_handlers(app)
     app.include_router(api_router())
+    mount_assets(app)
+    install_openapi(app, {"ResponsesRequest": ResponsesRequest})
     # added innermost first: RequestId -> Gate -> BodyLimit -> routes
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(GateMiddleware, keys=c.keys, limiter=c.limiter, metrics=c.metrics)

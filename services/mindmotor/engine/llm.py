@@ -3,8 +3,13 @@
     from mindmotor import LLM, SamplingParams
     llm = LLM()                                   # the bundled demo model on an emulated 910B3
     outs = llm.generate(["def fibonacci(n):"], SamplingParams(max_tokens=32, temperature=0))
-    print(outs[0].text)
-"""
+    print(outs[0].outputs[0].text)
+
+Each prompt's result is a `RequestOutput` of vLLM's shape: `prompt`, `prompt_token_ids`,
+`outputs` (one `CompletionOutput`: `index`, `text`, `token_ids`, `finish_reason`, `stop_reason`,
+`logprobs`), `finished`, `num_cached_tokens`, `prompt_logprobs`. The first output's fields are
+also on the `RequestOutput` itself (`outs[0].text`, `outs[0].token_ids`), as this API had them
+before. `logprobs` are this engine's `TokenLogprob`s, not vLLM's dicts of `Logprob`."""
 
 from __future__ import annotations
 
@@ -24,16 +29,53 @@ from mindmotor.rules.sampling_params import SamplingParams
 
 
 @dataclass
-class GenerationOutput:
-    request_id: str
-    prompt_token_ids: list[int]
+class CompletionOutput:
+    """One generated sequence (vLLM's `CompletionOutput`)."""
+    index: int = 0
     text: str = ""
     token_ids: list[int] = field(default_factory=list)
     finish_reason: FinishReason | None = None
     stop_reason: int | str | None = None
-    num_cached_tokens: int = 0
     logprobs: list[TokenLogprob] = field(default_factory=list)
+
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass
+class RequestOutput:
+    """One prompt's result (vLLM's `RequestOutput`)."""
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    outputs: list[CompletionOutput] = field(default_factory=lambda: [CompletionOutput()])
+    finished: bool = False
+    num_cached_tokens: int = 0
     prompt_logprobs: list[TokenLogprob] | None = None   # per prompt token after the first
+
+    # the first output's fields, where this API had them before vLLM's shape
+    @property
+    def text(self) -> str:
+        return self.outputs[0].text
+
+    @property
+    def token_ids(self) -> list[int]:
+        return self.outputs[0].token_ids
+
+    @property
+    def finish_reason(self) -> FinishReason | None:
+        return self.outputs[0].finish_reason
+
+    @property
+    def stop_reason(self) -> int | str | None:
+        return self.outputs[0].stop_reason
+
+    @property
+    def logprobs(self) -> list[TokenLogprob]:
+        return self.outputs[0].logprobs
+
+
+GenerationOutput = RequestOutput      # the former name
 
 
 class LLM:
@@ -52,7 +94,7 @@ class LLM:
 
     def generate(self, prompts: str | Seq[int] | Seq[str | Seq[int]],
                  sampling_params: SamplingParams | Seq[SamplingParams] | None = None,
-                 use_tqdm: bool = False, lora: str | None | Seq[str | None] = None) -> list[GenerationOutput]:
+                 use_tqdm: bool = False, lora: str | None | Seq[str | None] = None) -> list[RequestOutput]:
         """`lora`: the adapter (added with `add_lora`) for every prompt, or one per prompt (None:
         the base model)."""
         prompts = _as_prompt_list(prompts)
@@ -63,25 +105,27 @@ class LLM:
             sampling_params = [sampling_params or SamplingParams()] * len(prompts)
         if len(sampling_params) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(sampling_params)} sampling params")
-        results: dict[str, GenerationOutput] = {}
+        results: dict[str, RequestOutput] = {}
         for prompt, params, adapter in zip(prompts, sampling_params, loras):
             rid = f"offline-{next(self._ids)}"
             seq = self.engine.add_request(rid, prompt, params, lora=adapter)
-            results[rid] = GenerationOutput(request_id=rid, prompt_token_ids=seq.prompt_token_ids)
+            results[rid] = RequestOutput(request_id=rid, prompt=prompt if isinstance(prompt, str) else None,
+                                         prompt_token_ids=list(seq.prompt_token_ids))
         bar = tqdm(total=len(prompts), desc="generate", disable=not use_tqdm)
         while self.engine.has_unfinished_requests():
             if not self.engine.has_runnable_requests() and self.engine.next_kv_ready_at() is not None:
                 time.sleep(self.engine.idle_wait_s(0.05))    # only host-tier loads in flight
             for out in self.engine.step():
                 r = results[out.request_id]
-                r.token_ids.extend(out.new_token_ids)
-                r.text += out.new_text
-                r.logprobs.extend(out.new_logprobs)
+                o = r.outputs[0]
+                o.token_ids.extend(out.new_token_ids)
+                o.text += out.new_text
+                o.logprobs.extend(out.new_logprobs)
                 if out.prompt_logprobs is not None:
                     r.prompt_logprobs = out.prompt_logprobs
                 if out.finished:
-                    r.finish_reason, r.stop_reason = out.finish_reason, out.stop_reason
-                    r.num_cached_tokens = out.num_cached_tokens
+                    o.finish_reason, o.stop_reason = out.finish_reason, out.stop_reason
+                    r.finished, r.num_cached_tokens = True, out.num_cached_tokens
                     bar.update(1)
         bar.close()
         return list(results.values())

@@ -415,7 +415,8 @@ class LLMEngine:
             raise RequestError(
                 f"the output so far has {len(outputs)} tokens, but max_tokens is {params.max_tokens} "
                 "(the whole output's limit); nothing is left to generate", param="continuation")
-        text = IncrementalDetokenizer(self.tokenizer, ids).add(outputs) if self.tokenizer is not None else ""
+        text = IncrementalDetokenizer(self.tokenizer, ids, skip_special_tokens=params.skip_special_tokens
+                                      ).add(outputs) if self.tokenizer is not None else ""
         if not 0 <= cont.sent_chars <= len(text):
             raise RequestError(
                 f"sent_chars ({cont.sent_chars}) is outside the text of the output so far, which has "

@@ -45,7 +45,8 @@ class OutputProcessor:
 
     def add(self, seq: Sequence) -> None:
         if self.tokenizer is not None:
-            self._detok[seq.request_id] = IncrementalDetokenizer(self.tokenizer, seq.prompt_token_ids)
+            self._detok[seq.request_id] = IncrementalDetokenizer(
+                self.tokenizer, seq.prompt_token_ids, skip_special_tokens=seq.params.skip_special_tokens)
         self._emitted[seq.request_id] = 0
 
     def forget(self, request_id: str) -> None:

@@ -36,6 +36,7 @@ class SamplingParams:
     bad_words_token_ids: list[list[int]] = field(default_factory=list)   # set by the engine
     prompt_logprobs: int | None = None  # per prompt token (after the first): top alternatives; 0: itself only
     structured: Constraint | None = None   # structured output: the grammar every output must follow
+    skip_special_tokens: bool = True   # special tokens (<|im_end|>, ...) left out of the output text
 
     MAX_LOGPROBS = 20
     GREEDY_BELOW = 1e-5                # a smaller temperature samples as greedy (1 / t would overflow)

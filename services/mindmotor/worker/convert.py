@@ -40,7 +40,8 @@ def sampling_params_from_proto(p: pb.SamplingParams) -> SamplingParams:
     model's context (the caller applies its API's default). ValueError (the engine's message)
     for out-of-range values."""
     optional = {name: getattr(p, name) for name in ("temperature", "top_p", "seed", "logprobs",
-                                                     "repetition_penalty", "prompt_logprobs")
+                                                     "repetition_penalty", "prompt_logprobs",
+                                                     "skip_special_tokens")
                 if p.HasField(name)}
     return SamplingParams(
         max_tokens=p.max_tokens if p.HasField("max_tokens") else None, top_k=p.top_k, stop=list(p.stop), stop_token_ids=list(p.stop_token_ids),

@@ -27,14 +27,19 @@ from mindmotor.coordinator.http.errors import TooManyRequests
 from mindmotor.sandbox.spec_check import SpecsBusy
 
 
+def check_n(c: Coordinator, num_prompts: int, n: int) -> None:
+    """400 for more choices than allowed — before anything is made per choice."""
+    try:
+        check_choices(num_prompts, n, c.settings.max_n, c.settings.max_requests)
+    except InvalidRequest as exc:
+        raise bad_request(exc) from None
+
+
 async def generate(c: Coordinator, request: Request, request_id: str, model: ServedModel, prompts: list[Prompt],
                    sampling: SamplingOptions, n: int, priority: int, fmt: OutputFormat, stream: bool,
                    include_usage: bool) -> Response:
     arrival = time.perf_counter()
-    try:
-        check_choices(len(prompts), n, c.settings.max_n, c.settings.max_requests)
-    except InvalidRequest as exc:
-        raise bad_request(exc) from None
+    check_n(c, len(prompts), n)
     max_new = [resolve_max_tokens(len(p.token_ids), sampling.max_tokens, model.max_model_len, sampling.min_tokens)
                for p in prompts]
     await check_structured(c, sampling)

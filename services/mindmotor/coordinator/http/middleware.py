@@ -5,7 +5,8 @@
   log line (INFO for the API, DEBUG for a probe or scrape that succeeds) and the requests counter
   per request (by route template, `unmatched` for a path no route serves). The instances and
   versions that served a generation request (`respond.py` puts them in the state) go into the
-  `X-MindMotor-Instance` and `X-MindMotor-Version` headers and the log line.
+  `X-MindMotor-Instance` and `X-MindMotor-Version` headers and the log line; the fields a request
+  body had that this server ignored (`ignored.py`) into `X-MindMotor-Ignored-Fields`.
 - `GateMiddleware`: the API key (401) and the per-key rate limit (429) of the API paths — before
   the body is read or parsed.
 - `BodyLimitMiddleware`: bodies over the limit are refused with 413 before parsing, whether the
@@ -25,13 +26,14 @@ from mindmotor.common.logging import request_context
 
 from mindmotor.coordinator.http.auth import APIKeys
 from mindmotor.coordinator.http.errors import APIError, PayloadTooLarge, TooManyRequests
+from mindmotor.coordinator.http.ignored import header_value
 from mindmotor.coordinator.metrics import CoordinatorMetrics
 from mindmotor.coordinator.http.rate_limit import RateLimiter
 
 log = logging.getLogger("mindmotor.coordinator.access")
 
 _SANE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
-API_PREFIXES = ("/v1/", "/tokenize", "/detokenize", "/v2/models")   # /v2/models: KServe v2 / Triton
+API_PREFIXES = ("/v1/", "/tokenize", "/detokenize", "/v2/models", "/invocations")   # /v2/models: KServe v2 / Triton
 ADMIN_PATHS = ("/v1/load_lora_adapter", "/v1/unload_lora_adapter")   # as routes/lora.py's
 
 
@@ -70,7 +72,8 @@ class RequestIdMiddleware:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                served = [(b"x-mindmotor-instance", state.get("instances")), (b"x-mindmotor-version", state.get("versions"))]
+                served = [(b"x-mindmotor-instance", state.get("instances")), (b"x-mindmotor-version", state.get("versions")),
+                          (b"x-mindmotor-ignored-fields", header_value(state.get("ignored_fields") or []))]
                 message = {**message, "headers": [*message.get("headers", ()), (b"x-request-id", rid.encode()),
                                                   *((k, v.encode()) for k, v in served if v)]}
             await send(message)

@@ -11,9 +11,10 @@ from starlette.responses import Response
 
 from mindmotor.coordinator.openai.chat_format import ChatFormat
 from mindmotor.coordinator.http.errors import BadRequest
-from mindmotor.coordinator.dispatch.planning import generate
+from mindmotor.coordinator.dispatch.planning import check_n, generate
 from mindmotor.coordinator.dispatch.respond import OutputFormat
-from mindmotor.coordinator.openai.prompts import chat_prompt
+from mindmotor.coordinator.http.ignored import note_ignored
+from mindmotor.coordinator.openai.prompts import TemplateOptions, chat_prompt, truncation
 from mindmotor.coordinator.openai.running_usage import RunningUsage
 from mindmotor.coordinator.openai.sampling import sampling_from_request
 from mindmotor.coordinator.openai.schemas import ChatCompletionRequest
@@ -30,9 +31,13 @@ async def create_chat_completion(c: Coordinator, body: ChatCompletionRequest, re
         raise BadRequest("top_logprobs requires logprobs to be true", param="top_logprobs")
     if body.prompt_logprobs is not None and body.stream:
         raise BadRequest("prompt_logprobs are not available when stream is true", param="prompt_logprobs")
+    check_n(c, 1, body.n)                     # before anything per choice
     tools = tool_plan(body, c.settings.max_tools)
-    prompt = await chat_prompt(body.messages, model.tokenizer, body.add_generation_prompt, tools.tools,
-                               c.settings.max_prompt_chars, model.max_model_len)
+    options = TemplateOptions.of(body, tools.tools)
+    note_ignored(request, options.unused(model.tokenizer))
+    prompt = await chat_prompt(body.messages, model.tokenizer, options, c.settings.max_prompt_chars,
+                               model.max_model_len, body.add_special_tokens,
+                               truncation(body.truncate_prompt_tokens, model.max_model_len))
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     sampling = sampling_from_request(body, body.max_new_tokens, logprobs, body.prompt_logprobs)
     forced = tools.constraint()
@@ -46,6 +51,14 @@ async def create_chat_completion(c: Coordinator, body: ChatCompletionRequest, re
                      body.logprobs, body.top_logprobs or 0, body.include_usage,
                      prompt_logprobs=body.prompt_logprobs, as_ids=body.return_tokens_as_token_ids,
                      prompt_token_ids=list(prompt.token_ids), tools=tools,
-                     running=RunningUsage([len(prompt.token_ids)] * body.n) if body.continuous_usage else None)
+                     running=RunningUsage([len(prompt.token_ids)] * body.n) if body.continuous_usage else None,
+                     role=body.reply_role, echo=_echo(body), return_token_ids=body.return_token_ids)
     return await generate(c, request, rid, model, [prompt], sampling, body.n, body.priority,
                           wrap(fmt) if wrap is not None else fmt, body.stream, body.include_usage)
+
+
+def _echo(body: ChatCompletionRequest) -> str:
+    """vLLM's chat echo: the last message's content, when its role is the reply's (the message the
+    reply continues), first in the reply."""
+    last = body.messages[-1]
+    return last.text() if body.echo and last.role == body.reply_role else ""

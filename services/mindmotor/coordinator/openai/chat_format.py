@@ -1,5 +1,10 @@
 """The chat completions API's response (`object: "chat.completion"`) and stream chunks
-(`object: "chat.completion.chunk"`: the role first, then content deltas, then the finish)."""
+(`object: "chat.completion.chunk"`: the role first, then content deltas, then the finish).
+
+vLLM's extras: `echo` (the last message's content first: a chunk of its own in a stream), the
+reply's role (the last message's without a generation prompt), and `return_token_ids` —
+`prompt_token_ids` on the response (in a stream: on each choice's first chunk) and `token_ids` on
+each choice (in a stream: each chunk's new tokens)."""
 
 from __future__ import annotations
 
@@ -21,8 +26,12 @@ class ChatFormat(OpenAIFraming):
     def __init__(self, response_id: str, created: int, model: str, tokens: TokenText, logprobs: bool,
                  top_logprobs: int, include_usage: bool, prompt_logprobs: int | None = None,
                  as_ids: bool = False, prompt_token_ids: list[int] | None = None, tools: ToolPlan | None = None,
-                 running: RunningUsage | None = None):
+                 running: RunningUsage | None = None, role: str = "assistant", echo: str = "",
+                 return_token_ids: bool = False):
         self.response_id = response_id
+        self.role = role
+        self.echo = echo
+        self.return_token_ids = return_token_ids
         self.created = created
         self.model = model
         self.tokens = tokens
@@ -62,9 +71,20 @@ class ChatFormat(OpenAIFraming):
         return {"content": chat_logprobs(entries, self.tokens, self.top_logprobs, self.as_ids), "refusal": None}
 
     def stream_start(self, index: int) -> list[dict]:
-        return [self._chunk(index, {"role": "assistant", "content": ""})]
+        first = self._chunk(index, {"role": self.role, "content": ""})
+        if self.return_token_ids:
+            first["prompt_token_ids"] = list(self.prompt_token_ids or ())
+        return [first] + ([self._chunk(index, {"content": self.echo})] if self.echo else [])
 
     def stream_piece(self, index: int, piece: Piece) -> list[dict]:
+        chunks = self._stream_piece(index, piece)
+        if self.return_token_ids and piece.token_ids:
+            if not chunks or chunks[0]["choices"][0]["finish_reason"] is not None:
+                chunks.insert(0, self._chunk(index, {}))
+            chunks[0]["choices"][0]["token_ids"] = list(piece.token_ids)
+        return chunks
+
+    def _stream_piece(self, index: int, piece: Piece) -> list[dict]:
         if self.running is not None:
             self.running.add(index, len(piece.token_ids))
         if self.tools is not None:
@@ -127,9 +147,11 @@ class ChatFormat(OpenAIFraming):
 
     def _message(self, result: ChoiceResult) -> tuple[dict, str | None]:
         if self.tools is None:
-            return {"role": "assistant", "content": result.text, "refusal": None}, result.finish_reason
+            return {"role": self.role, "content": self.echo + result.text, "refusal": None}, result.finish_reason
         content, calls = self.tools.parse(result.text)
-        message = {"role": "assistant", "content": content, "refusal": None,
+        if self.echo:
+            content = self.echo + (content or "")
+        message = {"role": self.role, "content": content, "refusal": None,
                    "tool_calls": [c.body() for c in calls]}
         return message, self._finish(result.finish_reason, calls)
 
@@ -143,8 +165,12 @@ class ChatFormat(OpenAIFraming):
             message, finish_reason = self._message(result)
             choices.append({"index": index, "message": message, "logprobs": self._logprobs(result.logprobs),
                             "finish_reason": finish_reason, "stop_reason": result.stop_reason})
+            if self.return_token_ids:
+                choices[-1]["token_ids"] = list(result.token_ids)
         body = {"id": self.response_id, "object": OBJECT, "created": self.created, "model": self.model,
                 "system_fingerprint": None, "choices": choices, "usage": usage_body(usage)}
+        if self.return_token_ids:
+            body["prompt_token_ids"] = list(self.prompt_token_ids or ())
         if self.prompt_logprobs is not None:
             body["prompt_logprobs"] = vllm_prompt_logprobs(
                 self.prompt_token_ids[0], results[0].prompt_logprobs if results else [], self.tokens,

@@ -4,7 +4,10 @@ Echo with logprobs (prompt scoring, as lm-evaluation-harness does it) puts the p
 first in `logprobs` — the first with a null logprob, the others with theirs from the prefill —
 and, in a stream, sends the echoed prompt with the first piece (when its logprobs are known).
 `max_tokens: 0` with echo scores the prompt only: the engine samples one token (it cannot
-prefill without), which is neither shown nor counted, as in vLLM."""
+prefill without), which is neither shown nor counted, as in vLLM.
+
+`return_token_ids` (vLLM's): each choice has `prompt_token_ids` (in a stream: on the choice's
+first chunk) and `token_ids`, the tokens it generated (in a stream: each chunk's new ones)."""
 
 from __future__ import annotations
 
@@ -30,8 +33,10 @@ class CompletionFormat(OpenAIFraming):
     def __init__(self, response_id: str, created: int, model: str, tokens: TokenText, logprobs: int | None,
                  echo: EchoOptions | None, include_usage: bool, prompt_logprobs: int | None = None,
                  as_ids: bool = False, prompt_ids: list[list[int]] | None = None,
-                 running: RunningUsage | None = None):
+                 running: RunningUsage | None = None, return_token_ids: bool = False):
         self.response_id = response_id
+        self.return_token_ids = return_token_ids
+        self._ids_sent: set[int] = set()        # choices whose prompt_token_ids were streamed
         self.created = created
         self.model = model
         self.tokens = tokens
@@ -79,7 +84,8 @@ class CompletionFormat(OpenAIFraming):
         return CompletionLogprobs(self.tokens, self.logprobs or 0, 0, self.as_ids).prompt(
             self.echo.token_ids[index], entries)
 
-    def _choice(self, index: int, text: str, generated, prompt_entries, with_echo: bool) -> dict:
+    def _choice(self, index: int, text: str, generated, prompt_entries, with_echo: bool,
+                generated_ids: list[int] = ()) -> dict:
         """One choice's text and logprobs: the echoed prompt first when `with_echo`, then what was
         generated (nothing when scoring only)."""
         generated_text, generated_lp = ("", []) if self._score_only else (text, generated)
@@ -91,6 +97,10 @@ class CompletionFormat(OpenAIFraming):
         logprobs = CompletionLogprobs.merge(parts) if self.logprobs is not None else None
         echo = self.echo.texts[index] if with_echo and self.echo else ""
         choice = {"index": index, "text": echo + generated_text, "logprobs": logprobs}
+        if self.return_token_ids:
+            if index not in self._ids_sent:
+                choice["prompt_token_ids"] = list(self.prompt_ids[index])
+            choice["token_ids"] = [] if self._score_only else list(generated_ids)
         if self.prompt_logprobs is not None and prompt_entries is not None:
             choice["prompt_logprobs"] = vllm_prompt_logprobs(
                 self.prompt_ids[index][0], prompt_entries, self.tokens, self.prompt_logprobs, self.as_ids)
@@ -112,11 +122,14 @@ class CompletionFormat(OpenAIFraming):
             self.running.add(index, len(piece.token_ids))
         with_echo = index in self._echo_pending
         self._echo_pending.discard(index)
-        shows = (piece.text or (self.logprobs is not None and piece.logprobs)) and not self._score_only
+        shows = (piece.text or (self.logprobs is not None and piece.logprobs)
+                 or (self.return_token_ids and piece.token_ids)) and not self._score_only
         if not (shows or with_echo or piece.finish_reason or piece.prompt_logprobs):
             return []
         prompt_entries = piece.prompt_logprobs if (with_echo or piece.prompt_logprobs) else None
-        choice = self._choice(index, piece.text, piece.logprobs, prompt_entries, with_echo)
+        choice = self._choice(index, piece.text, piece.logprobs, prompt_entries, with_echo, piece.token_ids)
+        if self.return_token_ids:
+            self._ids_sent.add(index)
         choice["finish_reason"] = piece.finish_reason
         if piece.finish_reason is not None:
             choice["stop_reason"] = piece.stop_reason
@@ -134,7 +147,7 @@ class CompletionFormat(OpenAIFraming):
     def response(self, results: list[ChoiceResult], usage: Usage) -> dict:
         choices = []
         for index, result in enumerate(results):
-            choice = self._choice(index, result.text, result.logprobs, result.prompt_logprobs, True)
+            choice = self._choice(index, result.text, result.logprobs, result.prompt_logprobs, True, result.token_ids)
             choice.update(finish_reason=result.finish_reason, stop_reason=result.stop_reason)
             choices.append(choice)
         return {"id": self.response_id, "object": OBJECT, "created": self.created, "model": self.model,

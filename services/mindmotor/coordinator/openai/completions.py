@@ -9,8 +9,8 @@ from starlette.responses import Response
 
 from mindmotor.coordinator.openai.completion_format import CompletionFormat, EchoOptions
 from mindmotor.coordinator.http.errors import BadRequest
-from mindmotor.coordinator.dispatch.planning import generate
-from mindmotor.coordinator.openai.prompts import completion_prompts
+from mindmotor.coordinator.dispatch.planning import check_n, generate
+from mindmotor.coordinator.openai.prompts import completion_prompts, truncation
 from mindmotor.coordinator.openai.running_usage import RunningUsage
 from mindmotor.coordinator.openai.sampling import sampling_from_request
 from mindmotor.coordinator.openai.schemas import CompletionRequest
@@ -24,7 +24,9 @@ async def create_completion(c: Coordinator, body: CompletionRequest, request: Re
         raise BadRequest("max_tokens 0 is only allowed with echo (to score the prompt)", param="max_tokens")
     if body.max_tokens == 0 and body.min_tokens:
         raise BadRequest("min_tokens must be 0 when max_tokens is 0", param="min_tokens")
-    prompts = await completion_prompts(body.prompt, model.tokenizer, model.max_model_len)
+    keep = truncation(body.truncate_prompt_tokens, model.max_model_len)
+    prompts = await completion_prompts(body.prompt, model.tokenizer, model.max_model_len, body.add_special_tokens, keep)
+    check_n(c, len(prompts), body.n)          # before the per-choice lists below
     prompt_lp = body.prompt_logprobs
     if body.echo and body.logprobs is not None:        # the echoed prompt's logprobs come from the prefill
         prompt_lp = max(prompt_lp or 0, body.logprobs)
@@ -40,6 +42,7 @@ async def create_completion(c: Coordinator, body: CompletionRequest, request: Re
     fmt = CompletionFormat(f"cmpl-{rid}", int(time.time()), model.lora or model.name, model.tokens, body.logprobs, echo,
                            body.include_usage, prompt_logprobs=body.prompt_logprobs,
                            as_ids=body.return_tokens_as_token_ids, prompt_ids=prompt_ids,
+                           return_token_ids=body.return_token_ids,
                            running=RunningUsage([len(p) for p in prompt_ids]) if body.continuous_usage else None)
     return await generate(c, request, rid, model, prompts, sampling, body.n, body.priority, fmt,
                           body.stream, body.include_usage)

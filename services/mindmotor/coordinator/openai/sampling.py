@@ -38,6 +38,7 @@ class SamplingOptions:
     bad_words: tuple[str, ...] = ()
     prompt_logprobs: int | None = None   # per prompt token; 0: the prompt token only
     structured: Constraint | None = None
+    skip_special_tokens: bool = True
 
     def __post_init__(self):
         try:
@@ -49,7 +50,7 @@ class SamplingOptions:
                            logit_bias=dict(self.logit_bias),
                            allowed_token_ids=None if self.allowed_token_ids is None else list(self.allowed_token_ids),
                            bad_words=list(self.bad_words), prompt_logprobs=self.prompt_logprobs,
-                           structured=self.structured,
+                           structured=self.structured, skip_special_tokens=self.skip_special_tokens,
                            **{k: v for k, v in (("temperature", self.temperature), ("top_p", self.top_p))
                               if v is not None})
         except InvalidRequest as exc:
@@ -88,6 +89,8 @@ class SamplingOptions:
             p.logprobs = self.logprobs
         if self.prompt_logprobs is not None:
             p.prompt_logprobs = self.prompt_logprobs
+        if not self.skip_special_tokens:
+            p.skip_special_tokens = False
         if self.structured is not None:
             p.structured.CopyFrom(pb.StructuredOutput(kind=self.structured.kind, spec=self.structured.spec))
         return p
@@ -108,7 +111,8 @@ def sampling_from_request(body, max_tokens: int | None, logprobs: int | None,
         repetition_penalty=body.repetition_penalty if body.repetition_penalty is not None else 1.0,
         logit_bias=_logit_bias(body.logit_bias),
         allowed_token_ids=None if body.allowed_token_ids is None else tuple(body.allowed_token_ids),
-        bad_words=tuple(body.bad_words or ()), prompt_logprobs=prompt_logprobs, structured=structured)
+        bad_words=tuple(body.bad_words or ()), prompt_logprobs=prompt_logprobs, structured=structured,
+        skip_special_tokens=body.skip_special_tokens)
 
 
 def _logit_bias(bias) -> tuple[tuple[int, float], ...]:

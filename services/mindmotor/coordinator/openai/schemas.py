@@ -1,10 +1,16 @@
 """The request bodies of the HTTP API (OpenAI's, plus vLLM-style tokenize/detokenize), as pydantic
 models: types and ranges are checked here, so a bad field is a 400 naming it. Responses are built
-as plain dicts (formats in `completion_format` and `chat_format`). Unknown fields are ignored.
+as plain dicts (formats in `completion_format` and `chat_format`).
+
+Unknown fields are ignored, as vLLM does, but not silently: every body keeps them (`extra="allow"`)
+so that `ignored.py` can name them — in a warning log line with the request id and in the
+`X-MindMotor-Ignored-Fields` response header.
 
 Extensions to OpenAI's fields (vLLM's names): `top_k`, `ignore_eos`, `min_tokens`, `priority`
 (lower runs first), `stop_token_ids`, `include_stop_str_in_output`, `min_p`, `repetition_penalty`,
-`allowed_token_ids`, `bad_words`. Fields that would change the output but are not implemented
+`allowed_token_ids`, `bad_words`, `truncate_prompt_tokens`, `skip_special_tokens`, `return_token_ids`,
+`add_special_tokens`; on chat `chat_template_kwargs`, `continue_final_message`, `documents`, `echo`.
+Fields that would change the output but are not implemented
 are refused by name (`unsupported`). Booleans and numbers are coerced as vLLM's (pydantic's lax
 mode) do: `"true"`, `1`, `"yes"` are true, `"0.5"` is 0.5; anything else is a 400 naming the field.
 """
@@ -12,20 +18,20 @@ mode) do: `"true"`, `1`, `"yes"` are true, `"0.5"` is 0.5; anything else is a 40
 from __future__ import annotations
 
 import json
-from typing import Literal, Union
+from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from mindmotor.rules.request_rules import INT32_MAX, INT64_MAX
 
-from mindmotor.coordinator.openai.unsupported import refuse_unsupported
+from mindmotor.coordinator.openai.unsupported import check_tool_messages, refuse_unsupported
 
 MAX_STOP = 16
 MAX_LOGPROBS = 20
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="allow")      # kept to be named as ignored (ignored.py), never used
 
 
 class StreamOptions(_Body):
@@ -66,6 +72,9 @@ class _Sampling(_Body):
     guided_grammar: str | None = None
     structured_outputs: dict | None = None
     return_tokens_as_token_ids: bool = False
+    return_token_ids: bool = False          # vLLM: prompt_token_ids and each choice's token_ids
+    skip_special_tokens: bool = True        # false: special tokens stay in the output text
+    truncate_prompt_tokens: int | None = Field(None, ge=-1, le=INT64_MAX)   # the last N; -1: the context
 
     @field_validator("stop")
     @classmethod
@@ -102,6 +111,7 @@ class CompletionRequest(_Sampling):
     echo: bool = False
     suffix: str | None = None
     best_of: int | None = None
+    add_special_tokens: bool = True         # vLLM's default for completions: the tokenizer's BOS, if any
 
     @field_validator("suffix")
     @classmethod
@@ -148,7 +158,7 @@ class ChatMessage(_Body):
     content: str | list[TextPart] | None = None
     name: str | None = None
     tool_calls: list[ToolCallIn] | None = None       # an assistant's calls, in the history
-    tool_call_id: str | None = None                  # a tool message: the call it answers
+    tool_call_id: str | None = None                  # a tool message: the call it answers (required)
 
     def template_dict(self) -> dict:
         """The message as the chat template takes it."""
@@ -177,6 +187,17 @@ class ChatCompletionRequest(_Sampling):
     tools: list[dict] | None = None
     tool_choice: str | dict | None = None
     parallel_tool_calls: bool | None = None
+    echo: bool = False                      # vLLM: the last message's content first, when its role is the reply's
+    continue_final_message: bool = False    # the last message left open and continued (no generation prompt)
+    add_special_tokens: bool = False        # vLLM's default for chat: the template writes them
+    documents: list[dict[str, str]] | None = None        # to the chat template (RAG templates read them)
+    chat_template_kwargs: dict[str, Any] | None = None   # more chat template variables (enable_thinking)
+
+    @property
+    def reply_role(self) -> str:
+        """The role of the message generated: the assistant's, or — without a generation prompt —
+        the last message's, which is continued (vLLM's rule)."""
+        return "assistant" if self.add_generation_prompt else self.messages[-1].role
 
     @property
     def max_new_tokens(self) -> int | None:
@@ -189,7 +210,16 @@ class TokenizeRequest(_Body):
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
     add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    add_special_tokens: bool | None = None   # None: vLLM's default — true for a prompt, false for messages
+    chat_template_kwargs: dict[str, Any] | None = None
     return_token_strs: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tool_messages(cls, data):
+        check_tool_messages(data)
+        return data
 
 
 class DetokenizeRequest(_Body):

@@ -3,10 +3,11 @@ from __future__ import annotations
 import os
 
 from fastapi import APIRouter
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from mindmotor import __version__
 
+from mindmotor.coordinator.http.openapi import STATUS_ONLY, HealthBody, ReadyBody, VersionBody
 from mindmotor.coordinator.state import CoordinatorDep
 
 router = APIRouter()
@@ -23,7 +24,8 @@ def _traffic(c) -> dict:
     return {name: weights for name in c.catalog.names() if (weights := c.router.traffic(name))}
 
 
-@router.get("/health")
+@router.api_route("/health", methods=["GET", "HEAD"], responses={200: {"model": HealthBody},
+                  503: {"model": HealthBody, "description": "no instance can take requests"}})
 async def health(c: CoordinatorDep):
     """200 when at least one instance can take requests, else 503."""
     ok = c.table.has_routable()
@@ -34,7 +36,8 @@ async def health(c: CoordinatorDep):
                         status_code=200 if ok else 503)
 
 
-@router.get("/ready")
+@router.api_route("/ready", methods=["GET", "HEAD"], responses={200: {"model": ReadyBody},
+                  503: {"model": ReadyBody, "description": "not started, or a model without an instance"}})
 async def ready(c: CoordinatorDep):
     """200 once started and every served model has a routable instance."""
     names = c.catalog.names()
@@ -44,23 +47,24 @@ async def ready(c: CoordinatorDep):
                         status_code=200 if ok else 503)
 
 
-@router.get("/ping")
+@router.api_route("/ping", methods=["GET", "HEAD"], response_class=Response, responses=STATUS_ONLY)
 async def ping():
     """vLLM's liveness probe: 200 while the process serves HTTP."""
     return Response(status_code=200)
 
 
-@router.post("/ping")
+@router.post("/ping", response_class=Response, responses=STATUS_ONLY)
 async def ping_post():
     return Response(status_code=200)
 
 
-@router.get("/version")
+@router.get("/version", responses={200: {"model": VersionBody}})
 async def version():
     return JSONResponse({"version": __version__})
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=PlainTextResponse,
+            responses={200: {"description": "Prometheus text exposition format 0.0.4"}})
 async def metrics(c: CoordinatorDep):
     for name in c.catalog.names():
         c.metrics.instances.labels(name).set(sum(1 for v in c.table.candidates(name)))

@@ -18,9 +18,12 @@ from mindmotor.coordinator.kserve import llm_model
 from mindmotor.coordinator.kserve.llm_model import VERSION
 from mindmotor.coordinator.kserve.run import run
 from mindmotor.coordinator.kserve.tensors import HEADER_LENGTH, TensorError, decode_request, encode_response
+from mindmotor.coordinator.http.openapi import EVENT_STREAM, NO_BODY, STATUS_ONLY, TritonError, api_errors
 from mindmotor.coordinator.state import CoordinatorDep
 
 router = APIRouter()
+# the route's own errors are Triton's shape; the API key, rate limit and body limit answer OpenAI's
+MODEL_ERRORS = {**api_errors(400, 404, 503, model=TritonError), **api_errors(401, 413, 429)}
 EXTENSIONS = ["binary_tensor_data", "model_configuration", "generate", "parameters"]
 
 
@@ -48,17 +51,18 @@ def _check(c, model: str, version: str | None) -> None:
         raise NotFound(f"Request for unknown model: '{model}' version {version} is not found")
 
 
-@router.get("/v2")
+@router.get("/v2", responses={200: {"description": "the server's metadata (name, version, extensions)"}})
 async def server_metadata():
     return JSONResponse({"name": "mindmotor", "version": __version__, "extensions": EXTENSIONS})
 
 
-@router.get("/v2/health/live")
+@router.api_route("/v2/health/live", methods=["GET", "HEAD"], response_class=Response, responses=STATUS_ONLY)
 async def live():
     return Response(status_code=200)
 
 
-@router.get("/v2/health/ready")
+@router.api_route("/v2/health/ready", methods=["GET", "HEAD"], response_class=Response,
+                  responses={200: NO_BODY, 503: NO_BODY})
 async def ready(c: CoordinatorDep):
     names = c.catalog.names()
     ok = c.started and bool(names) and all(c.table.has_routable(m) for m in names)
@@ -96,7 +100,7 @@ async def infer(model: str, request: Request, c: CoordinatorDep, version: str | 
     return Response(body, headers=headers)
 
 
-@router.post("/v2/models/{model}/generate")
+@router.post("/v2/models/{model}/generate", responses=MODEL_ERRORS)
 @triton_errors
 async def generate(model: str, request: Request, c: CoordinatorDep):
     _check(c, model, None)
@@ -107,7 +111,9 @@ async def generate(model: str, request: Request, c: CoordinatorDep):
     return JSONResponse(fmt.generate_body(values))
 
 
-@router.post("/v2/models/{model}/generate_stream")
+@router.post("/v2/models/{model}/generate_stream", responses={
+    200: {"description": "server-sent events", "content": {**EVENT_STREAM}},
+    **MODEL_ERRORS})
 @triton_errors
 async def generate_stream(model: str, request: Request, c: CoordinatorDep):
     _check(c, model, None)
@@ -118,12 +124,19 @@ async def generate_stream(model: str, request: Request, c: CoordinatorDep):
     return response
 
 
+_RESPONSES = {model_metadata: MODEL_ERRORS, model_config: MODEL_ERRORS,
+              model_ready: {200: NO_BODY, 503: NO_BODY, **api_errors(401, 429), 404: MODEL_ERRORS[404]},
+              infer: {200: {"description": "the inference response: JSON, or JSON and binary tensor data",
+                            "content": {"application/octet-stream": {"schema": {"type": "string"}}}}, **MODEL_ERRORS}}
+
+
 for _path, _handler, _method in (("/v2/models/{model}", model_metadata, "GET"),
                                  ("/v2/models/{model}/ready", model_ready, "GET"),
                                  ("/v2/models/{model}/config", model_config, "GET"),
                                  ("/v2/models/{model}/infer", infer, "POST")):
     for _each in _versioned(_path):
-        router.add_api_route(_each, _handler, methods=[_method])
+        router.add_api_route(_each, _handler, methods=[_method], responses=_RESPONSES[_handler],
+                             response_class=Response if _handler is model_ready else JSONResponse)
 
 
 async def _json(request: Request):

@@ -3,6 +3,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from mindmotor.coordinator.http.errors import NotFound
+from mindmotor.coordinator.http.openapi import ModelCard, ModelList, api_errors
 from mindmotor.coordinator.state import Coordinator, CoordinatorDep
 
 router = APIRouter()
@@ -24,14 +25,14 @@ def adapters(c: Coordinator) -> dict[str, str]:
     return {name: parent for name, parent in sorted(served.items()) if parent in names and name not in names}
 
 
-@router.get("/v1/models")
+@router.get("/v1/models", responses={200: {"model": ModelList}, **api_errors(401, 429)})
 async def list_models(c: CoordinatorDep):
     cards = [model_card(c, name) for name in c.catalog.names()]
     cards += [adapter_card(c, name, parent) for name, parent in adapters(c).items()]
     return {"object": "list", "data": cards}
 
 
-@router.get("/v1/models/{name:path}")
+@router.get("/v1/models/{name:path}", responses={200: {"model": ModelCard}, **api_errors(401, 404, 429)})
 async def get_model(name: str, c: CoordinatorDep):
     if name in c.catalog.names():
         return model_card(c, name)

@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from mindmotor.coordinator.http.errors import NotFound
+from mindmotor.coordinator.http.ignored import note_ignored, unknown_fields
 from mindmotor.coordinator.http.sse import EventStreamResponse
 from mindmotor.coordinator.openai.chat import create_chat_completion
 from mindmotor.coordinator.openai.responses.output import ResponsesFormat, stream_events
@@ -28,6 +29,7 @@ FINISHED = (b"event: response.completed\n", b"event: response.incomplete\n")
 
 async def create_response(c: Coordinator, body: dict, request: Request) -> Response:
     req = parse(body)
+    note_ignored(request, unknown_fields(req))
     earlier = (await stored(c, req.previous_response_id, "previous_response_id"))["conversation"] \
         if req.previous_response_id else []
     conversation = earlier + input_items(req)

@@ -25,7 +25,7 @@ MAX_METADATA = 16
 
 
 class ResponsesRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="allow")      # unknown fields: ignored and named (http/ignored.py)
 
     model: str = ""
     input: str | list[dict] = Field(...)
