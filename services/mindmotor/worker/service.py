@@ -150,7 +150,9 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                         continue
                     timer.on_tokens(len(out.new_token_ids))
                     record.output_token_ids.extend(out.new_token_ids)
+                    timings = None
                     if out.finished:
+                        timings = timer.timings(out)
                         record.finish_reason, record.stop_reason = out.finish_reason or "", out.stop_reason
                         # Before the write: a client that closes the call as soon as it has the last
                         # message may cancel the write, but the request finished, not "cancelled".
@@ -160,7 +162,7 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                             "completion_tokens": out.num_output_tokens,
                             "cached_tokens": out.num_cached_tokens, "ttft_s": timer.ttft_s,
                             "duration_s": timer.elapsed_s})
-                    await context.write(response_from_output(out))
+                    await context.write(response_from_output(out, timings))
         except RequestError as exc:
             finish_reason = None
             self.metrics.refused.labels(reason=RefusalReason.INVALID_ARGUMENT).inc()
