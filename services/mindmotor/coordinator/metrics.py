@@ -91,9 +91,56 @@ class CoordinatorMetrics:
                                   buckets=V.TPOT_BUCKETS, registry=r)
         self.vllm_e2e = Histogram(V.E2E, "End-to-end request latency in seconds", [V.LABEL], buckets=V.E2E_BUCKETS,
                                   registry=r)
-        self.vllm_running = Gauge(V.NUM_REQUESTS_RUNNING, "Choices being generated (admitted, not finished)",
-                                  [V.LABEL], registry=r, multiprocess_mode="livesum")
+        self.vllm_running = Gauge(V.NUM_REQUESTS_RUNNING, "Requests in model execution batches (summed over the "
+                                  "model's instances, as they last reported)", [V.LABEL], registry=r,
+                                  multiprocess_mode="mostrecent")
         self.vllm_generation_tokens = Counter(V.GENERATION_TOKENS, "Generation tokens", [V.LABEL], registry=r)
+        self.vllm_prompt_tokens = Counter(V.PROMPT_TOKENS, "Prompt tokens of finished requests (cached included)",
+                                          [V.LABEL], registry=r)
+        self.vllm_success = Counter(V.REQUEST_SUCCESS, "Count of successfully processed requests.",
+                                    [V.LABEL, "finished_reason"], registry=r)
+        self.vllm_preemptions = Counter(V.NUM_PREEMPTIONS, "Cumulative number of preemption from the engine.",
+                                        [V.LABEL], registry=r)
+        self.vllm_prefix_queries = Counter(V.PREFIX_CACHE_QUERIES, "Prefix cache queries, in terms of number of "
+                                           "queried tokens.", [V.LABEL], registry=r)
+        self.vllm_prefix_hits = Counter(V.PREFIX_CACHE_HITS, "Prefix cache hits, in terms of number of cached "
+                                        "tokens.", [V.LABEL], registry=r)
+        self.vllm_phases = {name: Histogram(name, doc, [V.LABEL], buckets=V.REQUEST_LATENCY_BUCKETS, registry=r)
+                            for name, doc in PHASE_DOCS.items()}
+        # from the routing table at each scrape (the instances' last reports), summed per model
+        self.vllm_waiting = Gauge(V.NUM_REQUESTS_WAITING, "Requests waiting: in the instances' queues, and "
+                                  "admitted here but not yet sent", [V.LABEL], registry=r,
+                                  multiprocess_mode="mostrecent")
+        self.vllm_kv_usage = Gauge(V.KV_CACHE_USAGE_PERC, "KV-cache usage. 1 means 100 percent usage (the mean "
+                                   "over the model's instances)", [V.LABEL], registry=r, multiprocess_mode="mostrecent")
+        self.vllm_cache_config = Gauge(V.CACHE_CONFIG_INFO, "Information of the LLMEngine CacheConfig (per "
+                                       "instance: engine)", [V.LABEL, V.ENGINE_LABEL, "block_size"], registry=r,
+                                       multiprocess_mode="mostrecent")
+        # MindMotor's own: the coordinator's queue, and where each request's time went (analyze latency)
+        self.pending = Gauge("mindmotor_pending_queue_size", "Admitted choices without their first token yet "
+                             "(waiting here, in a worker's queue or in prefill), per class", ["class"],
+                             registry=r, multiprocess_mode="livesum")
+        self.phase = Histogram("mindmotor_request_phase_seconds", "Where a finished request's time went, per "
+                               "phase: coordinator (arrival to its last worker call: admission, routing, earlier "
+                               "attempts, a remote prefill), worker_queue, prefill, decode (the worker's own "
+                               "clock), network (the rest of the worker call)", [V.LABEL, "class", "phase"],
+                               buckets=V.REQUEST_LATENCY_BUCKETS, registry=r)
+
+    def refresh_engines(self, models: dict) -> None:
+        """vLLM's engine gauges from the routing table (`models`: model -> its instances, as they
+        last reported): running and waiting summed over a model's instances, KV usage their mean,
+        cache_config_info one series per instance (label engine)."""
+        for model, views in models.items():
+            if not model:
+                continue
+            self.vllm_running.labels(model).set(sum(v.running for v in views))
+            self.vllm_waiting.labels(model).set(sum(v.waiting for v in views))
+            self.vllm_kv_usage.labels(model).set(sum(v.kv_usage for v in views) / len(views) if views else 0.0)
+        self.vllm_cache_config.clear()
+        for model, views in models.items():
+            for v in views:
+                if model:
+                    self.vllm_cache_config.labels(model, v.instance_id, str(v.block_size)).set(1)
 
     def render(self) -> bytes:
         """This process's metrics; under `mindmotor up`, whose coordinator replicas share one port,
@@ -112,16 +159,43 @@ def forget_replica(directory: str, pid: int) -> None:
     multiprocess.mark_process_dead(pid, str(directory))
 
 
-class ChoiceTimer:
-    """Latency of one choice: TTFT, the gaps between chunks, TPOT and end to end."""
+PHASE_DOCS = {
+    V.QUEUE_TIME: "Histogram of time spent in WAITING phase for request.",
+    V.PREFILL_TIME: "Histogram of time spent in PREFILL phase for request.",
+    V.DECODE_TIME: "Histogram of time spent in DECODE phase for request.",
+    V.INFERENCE_TIME: "Histogram of time spent in RUNNING phase for request.",
+}
+PHASES = ("coordinator", "worker_queue", "prefill", "decode", "network")   # mindmotor_request_phase_seconds
 
-    def __init__(self, metrics: CoordinatorMetrics, model: str, arrival: float):
+
+class ChoiceTimer:
+    """Latency of one choice: TTFT, the gaps between chunks, TPOT and end to end; at its finish,
+    vLLM's request counters and phase histograms (`finish`)."""
+
+    def __init__(self, metrics: CoordinatorMetrics, model: str, arrival: float, slo_class: str = "standard"):
         self.metrics = metrics
         self.model = model
         self.arrival = arrival
+        self.slo_class = slo_class
         self.first: float | None = None
         self.last: float | None = None
         self.tokens = 0
+        self.call_started: float | None = None    # when the last worker call was sent
+        self._pending = False
+
+    def begin(self) -> None:
+        """The choice is admitted and on its way: pending until its first token (or its end)."""
+        if not self._pending and self.first is None:
+            self._pending = True
+            self.metrics.pending.labels(self.slo_class).inc()
+
+    def end(self) -> None:
+        if self._pending:
+            self._pending = False
+            self.metrics.pending.labels(self.slo_class).dec()
+
+    def on_call(self) -> None:
+        self.call_started = time.perf_counter()
 
     def on_tokens(self, n: int) -> None:
         if n <= 0:
@@ -129,6 +203,7 @@ class ChoiceTimer:
         now = time.perf_counter()
         if self.first is None:
             self.first = now
+            self.end()
             self.metrics.ttft.labels(self.model).observe(now - self.arrival)
             self.metrics.vllm_ttft.labels(self.model).observe(now - self.arrival)
         elif self.last is not None:
@@ -137,12 +212,48 @@ class ChoiceTimer:
         self.last = now
         self.tokens += n
 
-    def on_finish(self) -> None:
+    def on_finish(self, finish_reason: str = "", usage=None, timings=None) -> None:
+        """The choice finished (`finish_reason`, its `usage`, the last worker call's
+        `RequestTimings` if any): every vLLM request family moves by one. vLLM's phases here: prefill
+        and decode as the worker measured them, queue the rest of e2e (everything before the engine's
+        first step: admission, routing, network, the worker's queue), so queue + prefill + decode = e2e."""
         now = time.perf_counter()
-        self.metrics.e2e.labels(self.model).observe(now - self.arrival)
-        self.metrics.vllm_e2e.labels(self.model).observe(now - self.arrival)
+        self.end()
+        e2e = now - self.arrival
+        self.metrics.e2e.labels(self.model).observe(e2e)
+        self.metrics.vllm_e2e.labels(self.model).observe(e2e)
+        m = self.model
+        if finish_reason:
+            self.metrics.vllm_success.labels(m, finish_reason).inc()
+        if usage is not None:
+            self.metrics.vllm_prompt_tokens.labels(m).inc(usage.prompt_tokens)
+            self.metrics.vllm_prefix_queries.labels(m).inc(usage.prompt_tokens)
+            self.metrics.vllm_prefix_hits.labels(m).inc(usage.cached_tokens)
+        self._phases(e2e, now, timings)
         self.metrics.generation_tokens.labels(self.model).inc(self.tokens)
         self.metrics.vllm_generation_tokens.labels(self.model).inc(self.tokens)
         if self.first is not None and self.tokens > 1:
             self.metrics.tpot.labels(self.model).observe((now - self.first) / (self.tokens - 1))
             self.metrics.vllm_tpot.labels(self.model).observe((now - self.first) / (self.tokens - 1))
+
+    def _phases(self, e2e: float, now: float, timings) -> None:
+        worker_queue = prefill = decode = 0.0
+        if timings is not None:
+            worker_queue, prefill, decode = timings.queued_s, timings.prefill_s, timings.decode_s
+            self.metrics.vllm_preemptions.labels(self.model).inc(timings.preemptions)
+        # never more than e2e (clocks differ: the worker's durations against ours)
+        running = min(prefill + decode, e2e)
+        prefill = min(prefill, running)
+        decode = running - prefill
+        queue = e2e - running
+        phases = self.metrics.vllm_phases
+        for name, value in ((V.QUEUE_TIME, queue), (V.PREFILL_TIME, prefill), (V.DECODE_TIME, decode),
+                            (V.INFERENCE_TIME, running)):
+            phases[name].labels(self.model).observe(value)
+        call = now - self.call_started if self.call_started is not None and timings is not None else 0.0
+        call = min(call, e2e)
+        worker_queue = min(worker_queue, max(0.0, call - running))
+        mine = {"coordinator": e2e - call, "worker_queue": worker_queue, "prefill": prefill, "decode": decode,
+                "network": max(0.0, call - running - worker_queue)}
+        for phase, value in mine.items():
+            self.metrics.phase.labels(self.model, self.slo_class, phase).observe(value)

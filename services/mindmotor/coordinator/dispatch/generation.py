@@ -73,6 +73,7 @@ class Piece:
     usage: Usage | None = None                # on the last piece
     prompt_logprobs: list[pb.TokenLogprob] = field(default_factory=list)   # on the first, when asked
     source: tuple[str, str] = ("", "")        # (instance, worker call's request id) that produced it
+    timings: pb.RequestTimings | None = None  # on the last piece: the worker call's phases, when it sent them
 
 
 @dataclass
@@ -135,13 +136,14 @@ class Generation:
         if self._final is not None:
             yield self._final
             return
+        self.timer.begin()
         try:
             if not self.produced and split_available(self.router.table, req.model):
                 first = await self._prefill_remotely()
                 if first is not None:
                     yield first
                     if first.finish_reason is not None:
-                        self.timer.on_finish()
+                        self._finished(first)
                         return
             while True:
                 instance = self._pick(tried, HANDOFF_ROLES if self.handoff else ORDINARY_ROLES)
@@ -151,14 +153,18 @@ class Generation:
                     async for piece in self._attempt(instance):
                         yield piece
                         if piece.finish_reason is not None:
-                            self.timer.on_finish()
+                            self._finished(piece)
                             return
                     raise WorkerFailure("the stream ended before the request finished")
                 except WorkerFailure as failure:
                     self._on_failure(instance, failure)
                 self._drop_handoff()                  # resubmitted: the produced tokens are computed there
         finally:
+            self.timer.end()
             self._drop_handoff()
+
+    def _finished(self, piece: Piece) -> None:
+        self.timer.on_finish(piece.finish_reason, piece.usage, piece.timings)
 
     def _pick(self, tried: set[str], role_groups) -> InstanceView:
         """An instance of the first role group that has one not yet tried; when every instance has
@@ -294,6 +300,7 @@ class Generation:
         worker_request = self._worker_request()
         self.source = (instance.instance_id, worker_request.request_id)
         call = self.channels.stub(instance.address).Generate(worker_request)
+        self.timer.on_call()
         watch = self._watch(instance, call)
         self.router.table.begin(instance.instance_id, cost)
         self.metrics.routed.labels(req.model, instance.instance_id).inc()
@@ -346,6 +353,8 @@ class Generation:
             cached = response.usage.cached_tokens if response.HasField("usage") else 0
             piece.usage = Usage(prompt_tokens=prompt, completion_tokens=len(self.produced),
                                 cached_tokens=min(cached, prompt))
+            if isinstance(response, pb.GenerateResponse) and response.HasField("timings"):
+                piece.timings = response.timings
         return piece
 
 
