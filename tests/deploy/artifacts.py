@@ -372,10 +372,15 @@ class _Zero:
     """Stands in for the engine's stats: every figure 0 (the collector only reads them)."""
 
     def __getattr__(self, name: str):
+        if name == "iteration_tokens":
+            from mindmotor.common.vllm_metrics import BucketCounts
+            return BucketCounts()
         return 0
 
 
 class _FakeEngine:
+    info = _Zero()
+
     def stats(self):
         return _Zero()
 
@@ -387,7 +392,9 @@ def _wrapped(obj, service: str) -> list[Family]:
     from prometheus_client.metrics import MetricWrapperBase
 
     out = []
-    for value in vars(obj).values():
+    values = list(vars(obj).values())
+    values += [v for d in values if isinstance(d, dict) for v in d.values()]     # families kept by name
+    for value in values:
         if isinstance(value, MetricWrapperBase):
             out.append(Family(value._name, value._type, frozenset(value._labelnames), service))
     return out
