@@ -8,6 +8,7 @@ import time
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 
 from mindmotor.common import vllm_metrics as V
+from mindmotor.common.latency_phases import CLASS_LABEL, PHASE_LABEL, PHASE_METRIC
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120)
@@ -120,10 +121,10 @@ class CoordinatorMetrics:
         self.pending = Gauge("mindmotor_pending_queue_size", "Admitted choices without their first token yet "
                              "(waiting here, in a worker's queue or in prefill), per class", ["class"],
                              registry=r, multiprocess_mode="livesum")
-        self.phase = Histogram("mindmotor_request_phase_seconds", "Where a finished request's time went, per "
+        self.phase = Histogram(PHASE_METRIC, "Where a finished request's time went, per "
                                "phase: coordinator (arrival to its last worker call: admission, routing, earlier "
                                "attempts, a remote prefill), worker_queue, prefill, decode (the worker's own "
-                               "clock), network (the rest of the worker call)", [V.LABEL, "class", "phase"],
+                               "clock), network (the rest of the worker call)", [V.LABEL, CLASS_LABEL, PHASE_LABEL],
                                buckets=V.REQUEST_LATENCY_BUCKETS, registry=r)
 
     def refresh_engines(self, models: dict) -> None:
@@ -165,7 +166,6 @@ PHASE_DOCS = {
     V.DECODE_TIME: "Histogram of time spent in DECODE phase for request.",
     V.INFERENCE_TIME: "Histogram of time spent in RUNNING phase for request.",
 }
-PHASES = ("coordinator", "worker_queue", "prefill", "decode", "network")   # mindmotor_request_phase_seconds
 
 
 class ChoiceTimer:

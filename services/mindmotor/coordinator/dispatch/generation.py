@@ -141,9 +141,10 @@ class Generation:
             if not self.produced and split_available(self.router.table, req.model):
                 first = await self._prefill_remotely()
                 if first is not None:
+                    if first.finish_reason is not None:
+                        self._finished(first)       # before the yield: a consumer may stop at the last piece
                     yield first
                     if first.finish_reason is not None:
-                        self._finished(first)
                         return
             while True:
                 instance = self._pick(tried, HANDOFF_ROLES if self.handoff else ORDINARY_ROLES)
@@ -151,9 +152,10 @@ class Generation:
                 self.instances.append(instance.instance_id)
                 try:
                     async for piece in self._attempt(instance):
+                        if piece.finish_reason is not None:
+                            self._finished(piece)   # before the yield: a consumer may stop at the last piece
                         yield piece
                         if piece.finish_reason is not None:
-                            self._finished(piece)
                             return
                     raise WorkerFailure("the stream ended before the request finished")
                 except WorkerFailure as failure:
