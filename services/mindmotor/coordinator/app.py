@@ -62,7 +62,8 @@ def build_coordinator(settings: CoordinatorSettings) -> Coordinator:
     return Coordinator(
         settings=settings, table=table, router=router, channels=WorkerChannels(),
         catalog=ModelCatalog(settings, table),
-        admission=Admission(settings.max_requests, settings.retry_after_s, metrics), metrics=metrics,
+        admission=Admission(settings.max_requests, settings.retry_after_s, metrics,
+                                                         settings.slo_classes, settings.admission_wait_s), metrics=metrics,
         keys=APIKeys(settings.api_keys, settings.api_key_file,
                      on_reload=lambda outcome: metrics.api_key_reloads.labels(outcome).inc()),
         limiter=make_rate_limiter(settings, metrics),

@@ -30,6 +30,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import NoDecode
 
 from mindmotor.common.settings import ServiceSettings, split_list
+from mindmotor.coordinator.slo_classes import DEFAULT_CLASSES, SLOClass, check as check_classes
 
 READY_PREFIX = "MINDMOTOR_COORDINATOR_READY"
 POLICY_NAMES = ("round_robin", "weighted_round_robin", "least_load", "cache_aware")
@@ -109,6 +110,12 @@ class CoordinatorSettings(ServiceSettings):
     failed_instance_silence_s: float = Field(2.0, gt=0)  # ... or silent this long while the routing table
                                                      # says its instance failed (gone, replaced, suspect)
     retry_after_s: int = Field(1, ge=0)              # the Retry-After of a full queue
+    admission_wait_s: float = Field(0.0, ge=0)       # a request beyond its class's share waits this long for
+                                                     # room (the most urgent class first) before 429; 0: never
+    # SLO classes (slo_classes.py): name -> priority, max_share, ttft_s, tpot_s
+    slo_classes: dict[str, SLOClass] = Field(default_factory=lambda: dict(DEFAULT_CLASSES))
+    default_class: str = "standard"                  # the class of a request whose key has none
+    class_by_key: dict[str, str] = {}                # an API key's SHA-256 (hex) -> its class
     max_tools: int = Field(128, ge=0)                # functions in one request's `tools` (OpenAI's limit)
     max_prompt_chars: int = Field(4 << 20, ge=1)     # a prompt's text, after the chat template
     responses_store_path: str | None = None          # /v1/responses: a SQLite file the replicas share; None: memory
@@ -209,6 +216,7 @@ class CoordinatorSettings(ServiceSettings):
 
     @model_validator(mode="after")
     def _check(self) -> "CoordinatorSettings":
+        check_classes(self.slo_classes, self.default_class, self.class_by_key)
         for name in [self.policy, *self.model_policies.values()]:
             if name not in POLICY_NAMES:
                 raise ValueError(f"unknown routing policy {name!r}; choose one of {', '.join(POLICY_NAMES)}")

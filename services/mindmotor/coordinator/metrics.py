@@ -121,6 +121,8 @@ class CoordinatorMetrics:
         self.pending = Gauge("mindmotor_pending_queue_size", "Admitted choices without their first token yet "
                              "(waiting here, in a worker's queue or in prefill), per class", ["class"],
                              registry=r, multiprocess_mode="livesum")
+        self.slo = Counter("mindmotor_slo_requests", "Finished choices of a class with TTFT / TPOT targets: met, "
+                           "missed_ttft, missed_tpot or missed_both", [V.LABEL, CLASS_LABEL, "outcome"], registry=r)
         self.phase = Histogram(PHASE_METRIC, "Where a finished request's time went, per "
                                "phase: coordinator (arrival to its last worker call: admission, routing, earlier "
                                "attempts, a remote prefill), worker_queue, prefill, decode (the worker's own "
@@ -172,11 +174,14 @@ class ChoiceTimer:
     """Latency of one choice: TTFT, the gaps between chunks, TPOT and end to end; at its finish,
     vLLM's request counters and phase histograms (`finish`)."""
 
-    def __init__(self, metrics: CoordinatorMetrics, model: str, arrival: float, slo_class: str = "standard"):
+    def __init__(self, metrics: CoordinatorMetrics, model: str, arrival: float, slo_class: str = "standard",
+                 targets=None):
+        """`targets`: the class's (slo_classes.SLOClass: ttft_s, tpot_s), counted as met or missed."""
         self.metrics = metrics
         self.model = model
         self.arrival = arrival
         self.slo_class = slo_class
+        self.targets = targets
         self.first: float | None = None
         self.last: float | None = None
         self.tokens = 0
@@ -230,6 +235,19 @@ class ChoiceTimer:
             self.metrics.vllm_prefix_queries.labels(m).inc(usage.prompt_tokens)
             self.metrics.vllm_prefix_hits.labels(m).inc(usage.cached_tokens)
         self._phases(e2e, now, timings)
+        self._slo(now)
+
+    def _slo(self, now: float) -> None:
+        t = self.targets
+        if t is None or (t.ttft_s is None and t.tpot_s is None):
+            return
+        ttft = (self.first if self.first is not None else now) - self.arrival
+        tpot = (now - self.first) / (self.tokens - 1) if self.first is not None and self.tokens > 1 else 0.0
+        late_ttft = t.ttft_s is not None and ttft > t.ttft_s
+        late_tpot = t.tpot_s is not None and tpot > t.tpot_s
+        outcome = "missed_both" if late_ttft and late_tpot else "missed_ttft" if late_ttft else \
+            "missed_tpot" if late_tpot else "met"
+        self.metrics.slo.labels(self.model, self.slo_class, outcome).inc()
         self.metrics.generation_tokens.labels(self.model).inc(self.tokens)
         self.metrics.vllm_generation_tokens.labels(self.model).inc(self.tokens)
         if self.first is not None and self.tokens > 1:

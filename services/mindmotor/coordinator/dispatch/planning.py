@@ -23,7 +23,10 @@ from mindmotor.coordinator.routing.router import NoInstanceAvailable
 from mindmotor.coordinator.openai.sampling import SamplingOptions
 from mindmotor.coordinator.dispatch.resume import HEADER as RESUME_HEADER, stream_marker
 from mindmotor.coordinator.state import Coordinator
-from mindmotor.coordinator.http.errors import TooManyRequests
+from mindmotor.coordinator.http.errors import BadRequest, TooManyRequests
+from mindmotor.coordinator.slo_classes import HEADER as CLASS_HEADER, ClassError, resolve
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 from mindmotor.sandbox.spec_check import SpecsBusy
 
 
@@ -35,6 +38,7 @@ async def generate(c: Coordinator, request: Request, request_id: str, model: Ser
         check_choices(len(prompts), n, c.settings.max_n, c.settings.max_requests)
     except InvalidRequest as exc:
         raise bad_request(exc) from None
+    slo_class, priority = request_class(c, request, priority)
     max_new = [resolve_max_tokens(len(p.token_ids), sampling.max_tokens, model.max_model_len, sampling.min_tokens)
                for p in prompts]
     await check_structured(c, sampling)
@@ -49,7 +53,8 @@ async def generate(c: Coordinator, request: Request, request_id: str, model: Ser
                                     prompt_token_ids=prompt.token_ids, sampling=sampling.for_choice(j),
                                     max_new_tokens=max_new[p_index], priority=priority, versions=model.versions)
             generations.append(Generation(req, c.router, c.channels, c.metrics,
-                                          ChoiceTimer(c.metrics, model.name, arrival), c.settings.max_retry,
+                                          ChoiceTimer(c.metrics, model.name, arrival, slo_class,
+                                                      c.settings.slo_classes[slo_class]), c.settings.max_retry,
                                           c.settings.prefill_timeout_s, retry_after_s=c.settings.retry_after_s,
                                           guard=c.guard))
             prompt_indices.append(p_index)
@@ -58,9 +63,21 @@ async def generate(c: Coordinator, request: Request, request_id: str, model: Ser
         marker = await stream_marker(request.headers.get(RESUME_HEADER), generations, fmt, c.resume_key, c.table,
                                      c.channels, c.metrics)
     running = [i for i in range(len(generations)) if not (marker and marker.resumed and marker.marks.choices[i].finished)]
-    ticket = c.admission.admit(model.name, len(running))
+    ticket = await c.admission.acquire(model.name, len(running), slo_class)
     return await respond(request, ChoiceSet([generations[i] for i in running], running), prompt_indices, fmt, stream,
                          include_usage, ticket, c.metrics, model.name, c.in_flight, marker)
+
+
+def request_class(c: Coordinator, request: Request, priority: int) -> tuple[str, int]:
+    """The request's SLO class (its API key's, or X-MindMotor-Class: slo_classes.py) and the engine
+    priority it runs at: the class's plus the request's own (vLLM's `priority`, default 0)."""
+    s = c.settings
+    try:
+        name = resolve(s.slo_classes, s.default_class, s.class_by_key, getattr(request.state, "caller", None),
+                       request.headers.get(CLASS_HEADER))
+    except ClassError as exc:
+        raise BadRequest(str(exc), code="invalid_class", param="X-MindMotor-Class") from None
+    return name, max(INT32_MIN, min(INT32_MAX, priority + s.slo_classes[name].priority))
 
 
 async def check_structured(c: Coordinator, sampling: SamplingOptions) -> None:
