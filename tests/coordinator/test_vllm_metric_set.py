@@ -92,13 +92,22 @@ def test_n_requests_move_every_metric_by_n(coordinator_http, model_name):
     assert abs(sum(ours) - e2e) <= 0.01 * e2e
     assert abs(ours[PHASES.index("prefill")] - prefill) <= 1e-6 and abs(ours[PHASES.index("decode")] - decode) <= 1e-6
 
-    # the engine gauges (the instances' reports) come back to idle; one cache_config_info per instance
+    # the engine figures (the instances' reports) come back to idle, and the steps' tokens are the
+    # requests' computed tokens: prompts less cache hits, then every output token after the first
+    # (made by the prompt's last step); one cache_config_info and one step histogram per instance
+    computed = prompt - delta(V.PREFIX_CACHE_HITS + "_total") + generated - n
+
     def idle():
         s = samples(http)
-        return total(s, V.NUM_REQUESTS_RUNNING, **m) == 0 and total(s, V.NUM_REQUESTS_WAITING, **m) == 0 and s
+        steps = total(s, V.ITERATION_TOKENS + "_sum", **m) - total(before, V.ITERATION_TOKENS + "_sum", **m)
+        return total(s, V.NUM_REQUESTS_RUNNING, **m) == 0 and total(s, V.NUM_REQUESTS_WAITING, **m) == 0 \
+            and steps == computed and s
     final = wait_until(idle, timeout=10, what="vllm:num_requests_running/waiting back to 0")
     assert 0 <= total(final, V.KV_CACHE_USAGE_PERC, **m) <= 1
     infos = [dict(ls) for (name, ls) in final if name == V.CACHE_CONFIG_INFO]
     assert len(infos) == 2 and all(i["block_size"].isdigit() and i["model_name"] == model_name for i in infos)
     assert len({i["engine"] for i in infos}) == 2
+    engines = {dict(ls)["engine"] for (name, ls) in final if name == V.ITERATION_TOKENS + "_count"}
+    assert engines == {i["engine"] for i in infos}
+    assert total(final, V.ITERATION_TOKENS + "_bucket", le="+Inf") == total(final, V.ITERATION_TOKENS + "_count")
     assert total(final, "mindmotor_pending_queue_size") == 0

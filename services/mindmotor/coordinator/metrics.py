@@ -6,6 +6,8 @@ import os
 import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
+from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.registry import Collector
 
 from mindmotor.common import vllm_metrics as V
 from mindmotor.common.latency_phases import CLASS_LABEL, PHASE_LABEL, PHASE_METRIC
@@ -128,6 +130,8 @@ class CoordinatorMetrics:
                                "attempts, a remote prefill), worker_queue, prefill, decode (the worker's own "
                                "clock), network (the rest of the worker call)", [V.LABEL, CLASS_LABEL, PHASE_LABEL],
                                buckets=V.REQUEST_LATENCY_BUCKETS, registry=r)
+        self.engine_steps = EngineSteps()          # vllm:iteration_tokens_total, from the routing table
+        r.register(self.engine_steps)
 
     def refresh_engines(self, models: dict) -> None:
         """vLLM's engine gauges from the routing table (`models`: model -> its instances, as they
@@ -144,6 +148,7 @@ class CoordinatorMetrics:
             for v in views:
                 if model:
                     self.vllm_cache_config.labels(model, v.instance_id, str(v.block_size)).set(1)
+        self.engine_steps.models = models
 
     def render(self) -> bytes:
         """This process's metrics; under `mindmotor up`, whose coordinator replicas share one port,
@@ -153,8 +158,29 @@ class CoordinatorMetrics:
         if os.environ.get(MULTIPROC_ENV):
             registry = CollectorRegistry()
             multiprocess.MultiProcessCollector(registry)
+            registry.register(self.engine_steps)     # the routing table's: this replica's view, once
             return generate_latest(registry)
         return generate_latest(self.registry)
+
+
+class EngineSteps(Collector):
+    """vLLM's `iteration_tokens_total` per instance (label engine), as each last reported it (a
+    worker's cumulative counts since it started, in heartbeats or Status: not a sum over
+    coordinators or replicas, so it is read from the routing table at the scrape)."""
+
+    def __init__(self):
+        self.models: dict = {}
+
+    def collect(self):
+        family = HistogramMetricFamily(V.ITERATION_TOKENS, "Histogram of number of tokens per engine_step.",
+                                       labels=[V.LABEL, V.ENGINE_LABEL])
+        for model, views in self.models.items():
+            for v in views:
+                if model and len(v.iteration_token_counts) == len(V.ITERATION_TOKEN_BUCKETS) + 1:
+                    counts = V.BucketCounts(V.ITERATION_TOKEN_BUCKETS, list(v.iteration_token_counts),
+                                            v.iteration_tokens_sum)
+                    family.add_metric([model, v.instance_id], counts.cumulative(), sum_value=v.iteration_tokens_sum)
+        yield family
 
 
 def forget_replica(directory: str, pid: int) -> None:

@@ -124,7 +124,9 @@ def load_from_stats(stats, in_flight: int) -> pb.Load:
         prompt_tokens=stats.prompt_tokens, generation_tokens=stats.generation_tokens, steps=stats.steps,
         emulated_time_s=stats.emulated_time_s, host_time_s=stats.host_time_s,
         lag_time_s=stats.lag_time_s, kv_pinned=stats.num_pinned, kv_transfers=stats.kv_transfers,
-        kv_transfer_s=stats.kv_transfer_s)
+        kv_transfer_s=stats.kv_transfer_s,
+        iteration_token_counts=list(stats.iteration_tokens.counts) if stats.iteration_tokens else [],
+        iteration_tokens_sum=stats.iteration_tokens.total if stats.iteration_tokens else 0.0)
 
 
 def device_status_from_snapshot(snap: dict) -> pb.DeviceStatus:
