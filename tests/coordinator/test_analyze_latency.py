@@ -71,3 +71,12 @@ def test_text_output_and_errors(coordinator, model_name, capsys):
     with pytest.raises(SystemExit, match="cannot read http://127.0.0.1:9/metrics"):
         main(["analyze", "latency", "--url", "http://127.0.0.1:9", "--timeout", "2"])
     assert main(["analyze", "latency", "--url", coordinator.url, "--window", "-1"]) == 2
+
+
+def test_a_fresh_coordinator_has_nothing_to_break_down_and_other_metrics_are_refused():
+    from mindmotor.analysis.latency import MetricsError, render
+
+    fresh = "# TYPE mindmotor_coordinator_requests_total counter\n"
+    assert breakdown(parse(fresh)) == [] and "no finished requests" in render([])
+    with pytest.raises(MetricsError, match="coordinator"):
+        parse("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 0\n")

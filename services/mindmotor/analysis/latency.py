@@ -76,7 +76,9 @@ def parse(text: str) -> Snapshot:
         families = list(text_string_to_metric_families(text))
     except ValueError as exc:
         raise MetricsError(f"not Prometheus text: {exc}") from None
+    coordinator = False
     for family in families:
+        coordinator |= family.name.startswith("mindmotor_coordinator_") or family.name == PHASE_METRIC
         if family.name not in wanted:
             continue
         for s in family.samples:
@@ -94,8 +96,8 @@ def parse(text: str) -> Snapshot:
                 hist.sum = s.value
             elif s.name.endswith("_bucket"):
                 hist.buckets[float(s.labels["le"])] = s.value
-    if not snap.phases and not snap.e2e:
-        raise MetricsError(f"no {PHASE_METRIC} or {V.E2E} series: is this a MindMotor coordinator's /metrics?")
+    if not coordinator:
+        raise MetricsError("no mindmotor_coordinator_* series: is this a MindMotor coordinator's /metrics?")
     return snap
 
 
@@ -152,6 +154,7 @@ def render(rows: list[Breakdown], top: int = 3) -> str:
         for r in b.phases:
             lines.append(f"  {r.phase:<14}{r.mean_s * 1000:>10.1f}{r.share:>8.1%}{r.p99_s * 1000:>10.1f}")
         lines.append("  top: " + ", ".join(f"{r.phase} {r.share:.0%}" for r in b.phases[:top]))
+        lines.append("  (p99 from the histogram's buckets: vLLM's, 0.3 s at the low end)")
         if b.vllm_mean_s:
             lines.append("  vLLM's split (model): " + ", ".join(
                 f"{k} {v * 1000:.1f} ms" for k, v in b.vllm_mean_s.items()))
@@ -165,7 +168,7 @@ def plot(rows: list[Breakdown], path: str) -> None:
     import matplotlib.pyplot as plt
 
     labels = [f"{b.model} / {b.slo_class or '-'}" for b in rows]
-    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.6 * len(rows)))
+    fig, ax = plt.subplots(figsize=(9, 2.0 + 0.6 * len(rows)))
     left = [0.0] * len(rows)
     for phase in PHASES:
         values = [next((r.mean_s * 1000 for r in b.phases if r.phase == phase), 0.0) for b in rows]
@@ -173,7 +176,8 @@ def plot(rows: list[Breakdown], path: str) -> None:
         left = [a + b for a, b in zip(left, values)]
     ax.set_xlabel("mean ms per request")
     ax.set_title("Where request time goes (mindmotor analyze latency)")
-    ax.legend(loc="lower right", fontsize="small")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.45 if len(rows) < 3 else -0.2), ncol=len(PHASES),
+              fontsize="small", frameon=False)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
