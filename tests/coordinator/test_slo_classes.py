@@ -109,3 +109,24 @@ def test_class_over_http(make_coordinator, virtual_workers, model_name):
     assert samples[("mindmotor_slo_requests_total", (("class", "interactive"), ("model_name", model_name),
                                                      ("outcome", "met")))] == 1
     assert samples[("mindmotor_pending_queue_size", (("class", "interactive"),))] == 0
+
+
+def test_one_key_holds_at_most_its_share_of_a_class():
+    classes = {**DEFAULT_CLASSES, "batch": SLOClass(priority=10, max_share=1.0, max_key_share=0.5)}
+
+    async def scenario():
+        a = Admission(4, 1, CoordinatorMetrics(), classes, wait_s=60)
+        mine = [await a.acquire("m", 1, "batch", "key-a") for _ in range(2)]     # key-a's share: 2 of 4
+        held = asyncio.ensure_future(a.acquire("m", 1, "batch", "key-a"))
+        await asyncio.sleep(0)
+        assert a.by_key[("m", "batch", "key-a")] == 2                           # key-a's third waits ...
+        other = await a.acquire("m", 1, "batch", "key-b")                       # ... key-b is not held up
+        mine[0].release()                                                       # room in key-a's share
+        assert a.by_key[("m", "batch", "key-a")] == 2 and a.by_key[("m", "batch", "key-b")] == 1
+        for t in (mine[1], other, await held):
+            t.release()
+        assert not a.by_key and a.outstanding["m"] == 0
+        with pytest.raises(TooManyRequests, match="this key: 2 of 2"):
+            b = Admission(4, 1, CoordinatorMetrics(), classes, wait_s=0)
+            [await b.acquire("m", 1, "batch", "key-a") for _ in range(3)]
+    asyncio.run(scenario())

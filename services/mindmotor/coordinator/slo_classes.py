@@ -20,6 +20,7 @@ class SLOClass(BaseModel):
 
     priority: int = Field(0, ge=-(2**20), le=2**20)   # added to the request's own `priority` (default 0)
     max_share: float = Field(1.0, gt=0, le=1)         # of the model's max_requests this class may hold
+    max_key_share: float = Field(1.0, gt=0, le=1)     # of the class's limit one API key may hold (fairness)
     ttft_s: float | None = Field(None, gt=0)          # targets: a finished choice meets both or misses
     tpot_s: float | None = Field(None, gt=0)
 

@@ -63,7 +63,7 @@ async def generate(c: Coordinator, request: Request, request_id: str, model: Ser
         marker = await stream_marker(request.headers.get(RESUME_HEADER), generations, fmt, c.resume_key, c.table,
                                      c.channels, c.metrics)
     running = [i for i in range(len(generations)) if not (marker and marker.resumed and marker.marks.choices[i].finished)]
-    ticket = await c.admission.acquire(model.name, len(running), slo_class)
+    ticket = await c.admission.acquire(model.name, len(running), slo_class, getattr(request.state, "caller", "") or "")
     return await respond(request, ChoiceSet([generations[i] for i in running], running), prompt_indices, fmt, stream,
                          include_usage, ticket, c.metrics, model.name, c.in_flight, marker)
 
