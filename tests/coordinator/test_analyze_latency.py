@@ -52,6 +52,7 @@ def test_names_decode_then_prefill_as_the_top_phase(coordinator, model_name, cap
     assert abs(sum(p["share"] for p in row["phases"]) - 1) < 1e-6
     assert abs(sum(p["mean_s"] for p in row["phases"]) - row["mean_e2e_s"]) < 1e-6
     assert set(row["vllm_mean_s"]) == {"queue", "prefill", "decode"}
+    assert 0 <= row["slo_met"] <= 1          # the standard class has targets (TTFT 5 s, TPOT 0.2 s)
     assert (tmp_path / "latency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     # between two scrapes (what --window does), long prompts with one output token each: prefill,

@@ -15,6 +15,7 @@ from mindmotor.common import vllm_metrics as V
 from mindmotor.common.latency_phases import CLASS_LABEL, PHASE_LABEL, PHASE_METRIC, PHASES
 
 VLLM_PHASES = {"queue": V.QUEUE_TIME, "prefill": V.PREFILL_TIME, "decode": V.DECODE_TIME}
+SLO_METRIC = "mindmotor_slo_requests"          # {model_name, class, outcome}: met, missed_*
 
 
 class MetricsError(Exception):
@@ -60,12 +61,21 @@ class Snapshot:
     phases: dict[Key, dict[str, Histogram]] = field(default_factory=dict)
     vllm: dict[str, dict[str, Histogram]] = field(default_factory=dict)     # model -> vLLM phase -> histogram
     e2e: dict[str, Histogram] = field(default_factory=dict)                # model -> vllm:e2e
+    slo: dict[Key, dict[str, float]] = field(default_factory=dict)          # (model, class) -> outcome -> count
 
     def minus(self, earlier: "Snapshot") -> "Snapshot":
         def sub(now: dict, then: dict) -> dict:
-            return {k: (v.minus(then[k]) if k in then else v) if isinstance(v, Histogram) else sub(v, then.get(k, {}))
-                    for k, v in now.items()}
-        return Snapshot(sub(self.phases, earlier.phases), sub(self.vllm, earlier.vllm), sub(self.e2e, earlier.e2e))
+            out = {}
+            for k, v in now.items():
+                if isinstance(v, Histogram):
+                    out[k] = v.minus(then[k]) if k in then else v
+                elif isinstance(v, dict):
+                    out[k] = sub(v, then.get(k, {}))
+                else:
+                    out[k] = v - then.get(k, 0.0)
+            return out
+        return Snapshot(sub(self.phases, earlier.phases), sub(self.vllm, earlier.vllm), sub(self.e2e, earlier.e2e),
+                        sub(self.slo, earlier.slo))
 
 
 def parse(text: str) -> Snapshot:
@@ -79,6 +89,11 @@ def parse(text: str) -> Snapshot:
     coordinator = False
     for family in families:
         coordinator |= family.name.startswith("mindmotor_coordinator_") or family.name == PHASE_METRIC
+        if family.name == SLO_METRIC:
+            for s in family.samples:
+                if s.name.endswith("_total"):
+                    key = (s.labels.get(V.LABEL, ""), s.labels.get(CLASS_LABEL, ""))
+                    snap.slo.setdefault(key, {})[s.labels.get("outcome", "")] = s.value
         if family.name not in wanted:
             continue
         for s in family.samples:
@@ -117,6 +132,7 @@ class Breakdown:
     mean_e2e_s: float
     phases: list[PhaseRow]                # largest mean first
     vllm_mean_s: dict[str, float]         # vLLM's queue / prefill / decode means (per model, every class)
+    slo_met: float | None = None          # share of the class's finished choices that met its targets
 
     @property
     def top(self) -> str:
@@ -125,7 +141,8 @@ class Breakdown:
     def as_dict(self) -> dict:
         return {"model": self.model, "class": self.slo_class, "requests": self.requests,
                 "mean_e2e_s": self.mean_e2e_s, "top_phase": self.top,
-                "phases": [vars(p) for p in self.phases], "vllm_mean_s": self.vllm_mean_s}
+                "phases": [vars(p) for p in self.phases], "vllm_mean_s": self.vllm_mean_s,
+                "slo_met": self.slo_met}
 
 
 def breakdown(snap: Snapshot) -> list[Breakdown]:
@@ -139,7 +156,10 @@ def breakdown(snap: Snapshot) -> list[Breakdown]:
                 for p in PHASES if p in hists]
         rows.sort(key=lambda r: r.mean_s, reverse=True)
         vllm = {name: h.mean for name, h in snap.vllm.get(model, {}).items()}
-        out.append(Breakdown(model, slo_class, int(round(count)), total, rows, vllm))
+        outcomes = snap.slo.get((model, slo_class), {})
+        finished = sum(outcomes.values())
+        met = outcomes.get("met", 0.0) / finished if finished > 0 else None
+        out.append(Breakdown(model, slo_class, int(round(count)), total, rows, vllm, met))
     return out
 
 
@@ -148,8 +168,9 @@ def render(rows: list[Breakdown], top: int = 3) -> str:
         return "no finished requests in the metrics (or in the window): nothing to break down"
     lines = []
     for b in rows:
+        slo = f"  SLO met {b.slo_met:.1%}" if b.slo_met is not None else ""
         lines.append(f"model {b.model}  class {b.slo_class or '-'}  requests {b.requests}  "
-                     f"mean e2e {b.mean_e2e_s * 1000:.1f} ms")
+                     f"mean e2e {b.mean_e2e_s * 1000:.1f} ms{slo}")
         lines.append(f"  {'phase':<14}{'mean ms':>10}{'share':>8}{'p99 ms':>10}")
         for r in b.phases:
             lines.append(f"  {r.phase:<14}{r.mean_s * 1000:>10.1f}{r.share:>8.1%}{r.p99_s * 1000:>10.1f}")
