@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
 
+from mindmotor.common.tracing import Tracing
 from mindmotor.coordinator.dispatch.admission import Admission
 from mindmotor.coordinator.http.auth import APIKeys
 from mindmotor.coordinator.dispatch.channels import WorkerChannels
@@ -73,7 +74,8 @@ def build_coordinator(settings: CoordinatorSettings) -> Coordinator:
                             settings.stream_first_message_timeout_s),
         resume_key=hashlib.sha256(settings.resume_key.encode()).digest() if settings.resume_key else new_key(),
         responses=make_store(settings.responses_store_path,
-                             StoreLimits(settings.responses_ttl_s, settings.responses_max, settings.responses_max_bytes)))
+                             StoreLimits(settings.responses_ttl_s, settings.responses_max, settings.responses_max_bytes)),
+        tracing=Tracing("mindmotor-coordinator", settings.otlp_traces_endpoint))
 
 
 def make_source(settings: CoordinatorSettings, c: Coordinator):
@@ -114,6 +116,7 @@ def create_app(settings: CoordinatorSettings, coordinator: Coordinator | None = 
             await lag.stop()
             if c.limiter is not None:
                 await c.limiter.close()
+            await asyncio.to_thread(c.tracing.shutdown)
 
     app = FastAPI(title="MindMotor Coordinator", lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url="/openapi.json")

@@ -112,6 +112,7 @@ class CoordinatorSettings(ServiceSettings):
     retry_after_s: int = Field(1, ge=0)              # the Retry-After of a full queue
     admission_wait_s: float = Field(0.0, ge=0)       # a request beyond its class's share waits this long for
                                                      # room (the most urgent class first) before 429; 0: never
+    otlp_traces_endpoint: str | None = None          # OTLP/HTTP receiver of traces (vLLM's flag); None: off
     # SLO classes (slo_classes.py): name -> priority, max_share, ttft_s, tpot_s
     slo_classes: dict[str, SLOClass] = Field(default_factory=lambda: dict(DEFAULT_CLASSES))
     default_class: str = "standard"                  # the class of a request whose key has none
@@ -174,6 +175,13 @@ class CoordinatorSettings(ServiceSettings):
     @classmethod
     def _controllers(cls, value: Any) -> Any:
         return [str(v) for v in (split_list(value) or [])]
+
+    @field_validator("otlp_traces_endpoint")
+    @classmethod
+    def _otlp(cls, value: str | None) -> str | None:
+        from mindmotor.common.tracing import check_endpoint
+
+        return check_endpoint(value)
 
     @field_validator("api_keys", mode="before")
     @classmethod

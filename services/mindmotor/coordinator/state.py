@@ -11,6 +11,7 @@ from fastapi import Depends, Request
 from mindmotor.coordinator.dispatch.admission import Admission
 from mindmotor.coordinator.http.auth import APIKeys
 from mindmotor.coordinator.dispatch.channels import WorkerChannels
+from mindmotor.common.tracing import Tracing
 from mindmotor.coordinator.config import CoordinatorSettings
 from mindmotor.coordinator.routing.table import RoutingTable
 from mindmotor.coordinator.metrics import CoordinatorMetrics
@@ -48,6 +49,7 @@ class Coordinator:
     guard: ProgressGuard | None = None   # gives up silent worker calls (progress.py)
     resume_key: bytes = field(default_factory=new_key)   # signs stream positions (resume.py)
     responses: ResponseStore = field(default_factory=lambda: MemoryStore(StoreLimits()))  # /v1/responses
+    tracing: Tracing = field(default_factory=lambda: Tracing("mindmotor-coordinator"))    # off unless an endpoint
 
 
 async def get_coordinator(request: Request) -> Coordinator:

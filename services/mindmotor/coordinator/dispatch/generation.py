@@ -31,11 +31,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import time
 from dataclasses import dataclass, field
 from typing import AsyncIterator
 
 import grpc
 
+from mindmotor.common.tracing import Tracing
 from mindmotor.protocol import worker_pb2 as pb
 from mindmotor.vocabulary import FailureKind, FinishReason
 from mindmotor.protocol.request_digest import request_digest
@@ -112,6 +114,9 @@ class Generation:
         self.route = RouteRequest(request.prompt_token_ids, request.max_new_tokens)
         self.source: tuple[str, str] = ("", "")   # the current worker call (instance, request id)
         self._final: Piece | None = None          # resumed after its last token: only the finish is left
+        self.tracing = None                       # common.tracing.Tracing when traces are exported
+        self.trace_parent = None                  # the client's traceparent, extracted
+        self.span = None                          # this choice's span while it runs
 
     @property
     def digest(self) -> bytes:
@@ -137,6 +142,10 @@ class Generation:
             yield self._final
             return
         self.timer.begin()
+        if self.tracing is not None:
+            self.span = self.tracing.start("mindmotor.choice", self.trace_parent, self.timer.arrival, {
+                "mindmotor.request_id": req.request_id, "mindmotor.model": req.model,
+                "mindmotor.class": self.timer.slo_class, "mindmotor.priority": req.priority}, clock=time.perf_counter)
         try:
             if not self.produced and split_available(self.router.table, req.model):
                 first = await self._prefill_remotely()
@@ -164,6 +173,9 @@ class Generation:
         finally:
             self.timer.end()
             self._drop_handoff()
+            if self.span is not None:
+                self.span.set_attribute("mindmotor.output_tokens", len(self.produced))
+                self.span.end()
 
     def _finished(self, piece: Piece) -> None:
         self.timer.on_finish(piece.finish_reason, piece.usage, piece.timings)
@@ -301,7 +313,13 @@ class Generation:
         cost = self.route.cost_tokens
         worker_request = self._worker_request()
         self.source = (instance.instance_id, worker_request.request_id)
-        call = self.channels.stub(instance.address).Generate(worker_request)
+        call_span = None
+        if self.span is not None:
+            call_span = self.tracing.start("mindmotor.worker_call", self.span, attributes={
+                "mindmotor.instance_id": instance.instance_id, "mindmotor.worker_request_id": worker_request.request_id})
+            call = self.channels.stub(instance.address).Generate(worker_request, metadata=Tracing.inject(call_span))
+        else:
+            call = self.channels.stub(instance.address).Generate(worker_request)
         self.timer.on_call()
         watch = self._watch(instance, call)
         self.router.table.begin(instance.instance_id, cost)
@@ -340,6 +358,8 @@ class Generation:
             watch.close()
             call.cancel()
             self.router.table.end(instance.instance_id, cost)
+            if call_span is not None:
+                call_span.end()
 
     def _piece(self, response: pb.GenerateResponse | pb.PrefillResponse) -> Piece:
         token_ids = list(response.token_ids)

@@ -45,6 +45,7 @@ async def generate(c: Coordinator, request: Request, request_id: str, model: Ser
     if not c.table.has_routable(model.name):
         raise NoInstanceAvailable(model.name)
     generations, prompt_indices = [], []
+    trace_parent = c.tracing.extract(request.headers) if c.tracing.enabled else None
     for p_index, prompt in enumerate(prompts):
         c.metrics.prompt_tokens.labels(model.name).inc(len(prompt.token_ids))
         for j in range(n):
@@ -57,6 +58,8 @@ async def generate(c: Coordinator, request: Request, request_id: str, model: Ser
                                                       c.settings.slo_classes[slo_class]), c.settings.max_retry,
                                           c.settings.prefill_timeout_s, retry_after_s=c.settings.retry_after_s,
                                           guard=c.guard))
+            if c.tracing.enabled:
+                generations[-1].tracing, generations[-1].trace_parent = c.tracing, trace_parent
             prompt_indices.append(p_index)
     marker = None
     if stream:
