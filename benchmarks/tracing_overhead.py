@@ -7,7 +7,10 @@ host time; the coordinator as `mindmotor coordinator`); a closed-loop client (C 
 connections, `max_tokens` 4, non-streaming) drives one pair, then the other, alternating for
 `--rounds` rounds so both see the same background load. The OTLP receiver is an HTTP server in
 this process that decodes every export (it shares the client's CPU). `throughput_ratio` =
-median(rate with tracing) / median(rate without); goal ≥ 0.90. `spans_received` checks the traced
+median(rate with tracing) / median(rate without); goal ≥ 0.90. On a shared host the rate swings
+with other load, so the pair's CPU seconds per request (coordinator + worker, from /proc) are
+reported too: `cpu_throughput_ratio` = CPU per request without / with tracing, the rate ratio a
+CPU-bound pair would see. `spans_received` checks the traced
 pair really exported (6 spans per request, warmups included; `measured_requests_traced` counts only
 the measured ones).
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -92,12 +96,17 @@ def run(args) -> dict:
             pairs["off"] = start_pair(model_dir, "off", tmp_path, None)
             pairs["on"] = start_pair(model_dir, "on", tmp_path, receiver.url)
             rates: dict[str, list[float]] = {"off": [], "on": []}
+            cpu_ms: dict[str, list[float]] = {"off": [], "on": []}     # the pair's CPU per request
             requests_on = 0
             for i in range(rounds):
                 for name in ("off", "on") if i % 2 == 0 else ("on", "off"):
+                    cpu_before = sum(s.cpu_s() for s in pairs[name])
                     result = asyncio.run(closed_loop(pairs[name][1].port, "/v1/completions", body, args.concurrency,
                                                      duration, warmup))
+                    cpu = sum(s.cpu_s() for s in pairs[name]) - cpu_before
                     rates[name].append(result["rps"])
+                    # the warmup ran at about the measured rate: its requests are in the CPU too
+                    cpu_ms[name].append(1000 * cpu / max(1.0, result["rps"] * (duration + warmup)))
                     if name == "on":
                         requests_on += result["requests"]
                     log(f"round {i} {name}: {result['rps']:.1f} req/s, p99 {result['p99_ms']:.1f} ms, "
@@ -109,7 +118,10 @@ def run(args) -> dict:
                     s.stop()
         receiver.server.shutdown()
     off, on = statistics.median(rates["off"]), statistics.median(rates["on"])
+    cpu_off, cpu_on = statistics.median(cpu_ms["off"]), statistics.median(cpu_ms["on"])
     return {"throughput_ratio": round(on / off, 3), "rps_tracing_off": round(off, 1), "rps_tracing_on": round(on, 1),
+            "cpu_ms_per_request_off": round(cpu_off, 2), "cpu_ms_per_request_on": round(cpu_on, 2),
+            "cpu_throughput_ratio": round(cpu_off / cpu_on, 3), "loadavg_at_end": list(os.getloadavg()),
             "rounds": rounds, "concurrency": args.concurrency, "spans_received": receiver.spans,
             "measured_requests_traced": requests_on,     # (warmup requests are traced too, not counted)
             "rates": {k: [round(x, 1) for x in v] for k, v in rates.items()}}
