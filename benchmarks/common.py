@@ -151,6 +151,7 @@ def step_without_model(engine: LLMEngine):
     sched = engine.scheduler.schedule()
     if sched.empty:
         return [], None
+    engine._account_step(sched, engine.clock())    # as engine.step(): first steps, tokens per step
     inp = engine.runner.prepare(sched)
     n = len(inp.sampling)
     outputs = engine._postprocess(sched, inp.sampling, [PLACEHOLDER_TOKEN] * n, [None] * n)

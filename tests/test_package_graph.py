@@ -52,8 +52,9 @@ ALLOWED: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in {
     # entry points
     "launcher": {"common", "coordinator", "deployer", "model", "runtime", "vocabulary", "worker"},
     "npu_smi_cli": {"common", "device", "vocabulary", "worker"},
+    "analysis": {"common", "vocabulary"},       # `mindmotor analyze`: reads what a running platform exports
     PACKAGE_ROOT: {"engine", "rules", "vocabulary"},
-    "cli": {"common", "controller", "coordinator", "deployer", "device", "launcher", "npu_smi_cli", "operator", "simulator", "trainer", "vocabulary", "worker"},
+    "cli": {"analysis", "common", "controller", "coordinator", "deployer", "device", "launcher", "npu_smi_cli", "operator", "simulator", "trainer", "vocabulary", "worker"},
 }.items()}
 
 

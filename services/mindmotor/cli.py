@@ -27,6 +27,7 @@ COMMAND_MODULES = [
     "mindmotor.operator.cli",      # operator (InferenceService)
     "mindmotor.launcher.cli",      # up
     "mindmotor.common.certs_cli",  # certs
+    "mindmotor.analysis.cli",      # analyze latency
 ]
 
 

@@ -375,10 +375,15 @@ class _Zero:
         if name == "lora":                 # an engine serving LoRA adapters: its families are registered too
             return {"running_lora_adapters": [], "waiting_lora_adapters": [], "max_lora": 4, "loads": 0,
                     "load_s": 0.0, "requests": {"sql": 0}}
+        if name == "iteration_tokens":
+            from mindmotor.common.vllm_metrics import BucketCounts
+            return BucketCounts()
         return 0
 
 
 class _FakeEngine:
+    info = _Zero()
+
     def stats(self):
         return _Zero()
 
@@ -390,7 +395,9 @@ def _wrapped(obj, service: str) -> list[Family]:
     from prometheus_client.metrics import MetricWrapperBase
 
     out = []
-    for value in vars(obj).values():
+    values = list(vars(obj).values())
+    values += [v for d in values if isinstance(d, dict) for v in d.values()]     # families kept by name
+    for value in values:
         if isinstance(value, MetricWrapperBase):
             out.append(Family(value._name, value._type, frozenset(value._labelnames), service))
     return out

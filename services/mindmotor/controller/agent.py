@@ -60,6 +60,8 @@ class InstanceLoad:
     tpot_p90_s: float = 0.0
     ttft_samples: int = 0
     tpot_samples: int = 0
+    iteration_token_counts: Sequence[int] = ()            # vLLM's iteration_tokens_total (HeartbeatRequest)
+    iteration_tokens_sum: float = 0.0
 
 
 class RegistrationRejected(RuntimeError):
@@ -206,7 +208,9 @@ class InstanceAgent:
                     instance_id=self.instance_id, running=load.running, waiting=load.waiting,
                     kv_usage=load.kv_usage, outstanding_tokens=load.outstanding_tokens,
                     state=load.state, role=Role(load.role).to_proto() if load.role else 0, ttft_p90_s=load.ttft_p90_s, tpot_p90_s=load.tpot_p90_s,
-                    ttft_samples=load.ttft_samples, tpot_samples=load.tpot_samples)
+                    ttft_samples=load.ttft_samples, tpot_samples=load.tpot_samples,
+                    iteration_token_counts=load.iteration_token_counts,
+                    iteration_tokens_sum=load.iteration_tokens_sum)
                 if load.cached_block_hashes is not None and tuple(load.cached_block_hashes) != last_hashes:
                     last_hashes = tuple(load.cached_block_hashes)
                     beat.cached_blocks.hashes.extend(last_hashes)

@@ -50,6 +50,8 @@ class InstanceRecord:
     tpot_p90_s: float = 0.0
     ttft_samples: int = 0
     tpot_samples: int = 0
+    iteration_token_counts: list[int] = field(default_factory=list)  # vLLM's iteration_tokens_total
+    iteration_tokens_sum: float = 0.0
     cached_block_hashes: list[str] = field(default_factory=list)   # hex, newest first
     # commands waiting for the worker's next heartbeat: [{"drain": {...}} | {"set_role": {...}}]
     commands: list[dict] = field(default_factory=list)
@@ -80,7 +82,9 @@ class InstanceRecord:
             block_size=self.block_size, deployment=self.deployment, version=self.version, weight=self.weight,
             state=self.state, routable=self.routable,
             load=controller_pb2.InstanceLoad(running=self.running, waiting=self.waiting, kv_usage=self.kv_usage,
-                                             outstanding_tokens=self.outstanding_tokens),
+                                             outstanding_tokens=self.outstanding_tokens,
+                                             iteration_token_counts=self.iteration_token_counts,
+                                             iteration_tokens_sum=self.iteration_tokens_sum),
             cached_block_hashes=[bytes.fromhex(h) for h in self.cached_block_hashes])
 
     def to_admin_json(self, now: float) -> dict[str, Any]:

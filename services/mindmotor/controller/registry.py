@@ -144,6 +144,8 @@ class Registry:
             record.kv_usage, record.outstanding_tokens = request.kv_usage, request.outstanding_tokens
             record.ttft_p90_s, record.ttft_samples = request.ttft_p90_s, request.ttft_samples
             record.tpot_p90_s, record.tpot_samples = request.tpot_p90_s, request.tpot_samples
+            record.iteration_token_counts = list(request.iteration_token_counts)
+            record.iteration_tokens_sum = request.iteration_tokens_sum
             role = Role.from_proto(request.role)         # unspecified: unchanged
             if role is not None:
                 record.role = role.value

@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
 
+from mindmotor.common.tracing import Tracing
 from mindmotor.coordinator.dispatch.admission import Admission
 from mindmotor.coordinator.http.auth import APIKeys
 from mindmotor.coordinator.dispatch.channels import WorkerChannels
@@ -67,7 +68,8 @@ def build_coordinator(settings: CoordinatorSettings) -> Coordinator:
     return Coordinator(
         settings=settings, table=table, router=router, channels=channels,
         catalog=ModelCatalog(settings, table),
-        admission=Admission(settings.max_requests, settings.retry_after_s, metrics), metrics=metrics,
+        admission=Admission(settings.max_requests, settings.retry_after_s, metrics,
+                                                         settings.slo_classes, settings.admission_wait_s), metrics=metrics,
         keys=APIKeys(settings.api_keys, settings.api_key_file,
                      on_reload=lambda outcome: metrics.api_key_reloads.labels(outcome).inc()),
         limiter=make_rate_limiter(settings, metrics),
@@ -78,7 +80,8 @@ def build_coordinator(settings: CoordinatorSettings) -> Coordinator:
         resume_key=hashlib.sha256(settings.resume_key.encode()).digest() if settings.resume_key else new_key(),
         responses=make_store(settings.responses_store_path,
                              StoreLimits(settings.responses_ttl_s, settings.responses_max, settings.responses_max_bytes)),
-        adapters=AdapterDirectory(table, channels, settings.lora_poll_interval_s))
+        adapters=AdapterDirectory(table, channels, settings.lora_poll_interval_s),
+        tracing=Tracing("mindmotor-coordinator", settings.otlp_traces_endpoint))
 
 
 def make_source(settings: CoordinatorSettings, c: Coordinator):
@@ -124,6 +127,7 @@ def create_app(settings: CoordinatorSettings, coordinator: Coordinator | None = 
             await lag.stop()
             if c.limiter is not None:
                 await c.limiter.close()
+            await asyncio.to_thread(c.tracing.shutdown)
 
     app = FastAPI(title="MindMotor Coordinator", lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url="/openapi.json")

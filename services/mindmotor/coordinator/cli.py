@@ -85,6 +85,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="uvicorn's HTTP/1.1 parser (default: h11; httptools needs the httptools package)")
     add("--allowed-origin", action="append", default=None, metavar="ORIGIN",
         help="CORS: an origin browsers may call from (repeatable; '*' for any; default: CORS off)")
+    add("--otlp-traces-endpoint", default=None, metavar="URL",
+        help="export OpenTelemetry traces over OTLP/HTTP to this receiver, e.g. http://127.0.0.1:4318 "
+             "(vLLM's flag; needs the tracing extra; default: off)")
     add("--log-level", default=None, help="(default: INFO)")
     from mindmotor.common.rpc_args import add_arguments as add_rpc_arguments
 
@@ -115,7 +118,7 @@ def settings_from_args(args: argparse.Namespace):
         http_header_timeout_s=args.http_header_timeout, http_body_timeout_s=args.http_body_timeout,
         http_keep_alive_s=args.http_keep_alive, http_max_connections=args.http_max_connections,
         http_protocol=args.http_protocol,
-        cors_allowed_origins=args.allowed_origin,
+        cors_allowed_origins=args.allowed_origin, otlp_traces_endpoint=args.otlp_traces_endpoint,
         workers=[WorkerEntry.parse(w) for w in args.worker] if args.worker else None)
     return load_settings(args.config, **overrides)
 

@@ -30,6 +30,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import NoDecode
 
 from mindmotor.common.settings import ServiceSettings, split_list
+from mindmotor.coordinator.slo_classes import DEFAULT_CLASSES, SLOClass, check as check_classes
 
 READY_PREFIX = "MINDMOTOR_COORDINATOR_READY"
 POLICY_NAMES = ("round_robin", "weighted_round_robin", "least_load", "cache_aware")
@@ -113,6 +114,13 @@ class CoordinatorSettings(ServiceSettings):
     failed_instance_silence_s: float = Field(2.0, gt=0)  # ... or silent this long while the routing table
                                                      # says its instance failed (gone, replaced, suspect)
     retry_after_s: int = Field(1, ge=0)              # the Retry-After of a full queue
+    admission_wait_s: float = Field(0.0, ge=0)       # a request beyond its class's share waits this long for
+                                                     # room (the most urgent class first) before 429; 0: never
+    otlp_traces_endpoint: str | None = None          # OTLP/HTTP receiver of traces (vLLM's flag); None: off
+    # SLO classes (slo_classes.py): name -> priority, max_share, ttft_s, tpot_s
+    slo_classes: dict[str, SLOClass] = Field(default_factory=lambda: dict(DEFAULT_CLASSES))
+    default_class: str = "standard"                  # the class of a request whose key has none
+    class_by_key: dict[str, str] = {}                # an API key's SHA-256 (hex) -> its class
     max_tools: int = Field(128, ge=0)                # functions in one request's `tools` (OpenAI's limit)
     max_prompt_chars: int = Field(4 << 20, ge=1)     # a prompt's text, after the chat template
     responses_store_path: str | None = None          # /v1/responses: a SQLite file the replicas share; None: memory
@@ -172,6 +180,13 @@ class CoordinatorSettings(ServiceSettings):
     def _controllers(cls, value: Any) -> Any:
         return [str(v) for v in (split_list(value) or [])]
 
+    @field_validator("otlp_traces_endpoint")
+    @classmethod
+    def _otlp(cls, value: str | None) -> str | None:
+        from mindmotor.common.tracing import check_endpoint
+
+        return check_endpoint(value)
+
     @field_validator("api_keys", mode="before")
     @classmethod
     def _api_keys(cls, value: Any) -> Any:
@@ -213,6 +228,7 @@ class CoordinatorSettings(ServiceSettings):
 
     @model_validator(mode="after")
     def _check(self) -> "CoordinatorSettings":
+        check_classes(self.slo_classes, self.default_class, self.class_by_key)
         for name in [self.policy, *self.model_policies.values()]:
             if name not in POLICY_NAMES:
                 raise ValueError(f"unknown routing policy {name!r}; choose one of {', '.join(POLICY_NAMES)}")

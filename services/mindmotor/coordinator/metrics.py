@@ -6,8 +6,11 @@ import os
 import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
+from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.registry import Collector
 
 from mindmotor.common import vllm_metrics as V
+from mindmotor.common.latency_phases import CLASS_LABEL, PHASE_LABEL, PHASE_METRIC
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120)
@@ -91,9 +94,61 @@ class CoordinatorMetrics:
                                   buckets=V.TPOT_BUCKETS, registry=r)
         self.vllm_e2e = Histogram(V.E2E, "End-to-end request latency in seconds", [V.LABEL], buckets=V.E2E_BUCKETS,
                                   registry=r)
-        self.vllm_running = Gauge(V.NUM_REQUESTS_RUNNING, "Choices being generated (admitted, not finished)",
-                                  [V.LABEL], registry=r, multiprocess_mode="livesum")
+        self.vllm_running = Gauge(V.NUM_REQUESTS_RUNNING, "Requests in model execution batches (summed over the "
+                                  "model's instances, as they last reported)", [V.LABEL], registry=r,
+                                  multiprocess_mode="mostrecent")
         self.vllm_generation_tokens = Counter(V.GENERATION_TOKENS, "Generation tokens", [V.LABEL], registry=r)
+        self.vllm_prompt_tokens = Counter(V.PROMPT_TOKENS, "Prompt tokens of finished requests (cached included)",
+                                          [V.LABEL], registry=r)
+        self.vllm_success = Counter(V.REQUEST_SUCCESS, "Count of successfully processed requests.",
+                                    [V.LABEL, "finished_reason"], registry=r)
+        self.vllm_preemptions = Counter(V.NUM_PREEMPTIONS, "Cumulative number of preemption from the engine.",
+                                        [V.LABEL], registry=r)
+        self.vllm_prefix_queries = Counter(V.PREFIX_CACHE_QUERIES, "Prefix cache queries, in terms of number of "
+                                           "queried tokens.", [V.LABEL], registry=r)
+        self.vllm_prefix_hits = Counter(V.PREFIX_CACHE_HITS, "Prefix cache hits, in terms of number of cached "
+                                        "tokens.", [V.LABEL], registry=r)
+        self.vllm_phases = {name: Histogram(name, doc, [V.LABEL], buckets=V.REQUEST_LATENCY_BUCKETS, registry=r)
+                            for name, doc in PHASE_DOCS.items()}
+        # from the routing table at each scrape (the instances' last reports), summed per model
+        self.vllm_waiting = Gauge(V.NUM_REQUESTS_WAITING, "Requests waiting: in the instances' queues, and "
+                                  "admitted here but not yet sent", [V.LABEL], registry=r,
+                                  multiprocess_mode="mostrecent")
+        self.vllm_kv_usage = Gauge(V.KV_CACHE_USAGE_PERC, "KV-cache usage. 1 means 100 percent usage (the mean "
+                                   "over the model's instances)", [V.LABEL], registry=r, multiprocess_mode="mostrecent")
+        self.vllm_cache_config = Gauge(V.CACHE_CONFIG_INFO, "Information of the LLMEngine CacheConfig (per "
+                                       "instance: engine)", [V.LABEL, V.ENGINE_LABEL, "block_size"], registry=r,
+                                       multiprocess_mode="mostrecent")
+        # MindMotor's own: the coordinator's queue, and where each request's time went (analyze latency)
+        self.pending = Gauge("mindmotor_pending_queue_size", "Admitted choices without their first token yet "
+                             "(waiting here, in a worker's queue or in prefill), per class", ["class"],
+                             registry=r, multiprocess_mode="livesum")
+        self.slo = Counter("mindmotor_slo_requests", "Finished choices of a class with TTFT / TPOT targets: met, "
+                           "missed_ttft, missed_tpot or missed_both", [V.LABEL, CLASS_LABEL, "outcome"], registry=r)
+        self.phase = Histogram(PHASE_METRIC, "Where a finished request's time went, per "
+                               "phase: coordinator (arrival to its last worker call: admission, routing, earlier "
+                               "attempts, a remote prefill), worker_queue, prefill, decode (the worker's own "
+                               "clock), network (the rest of the worker call)", [V.LABEL, CLASS_LABEL, PHASE_LABEL],
+                               buckets=V.REQUEST_LATENCY_BUCKETS, registry=r)
+        self.engine_steps = EngineSteps()          # vllm:iteration_tokens_total, from the routing table
+        r.register(self.engine_steps)
+
+    def refresh_engines(self, models: dict) -> None:
+        """vLLM's engine gauges from the routing table (`models`: model -> its instances, as they
+        last reported): running and waiting summed over a model's instances, KV usage their mean,
+        cache_config_info one series per instance (label engine)."""
+        for model, views in models.items():
+            if not model:
+                continue
+            self.vllm_running.labels(model).set(sum(v.running for v in views))
+            self.vllm_waiting.labels(model).set(sum(v.waiting for v in views))
+            self.vllm_kv_usage.labels(model).set(sum(v.kv_usage for v in views) / len(views) if views else 0.0)
+        self.vllm_cache_config.clear()
+        for model, views in models.items():
+            for v in views:
+                if model:
+                    self.vllm_cache_config.labels(model, v.instance_id, str(v.block_size)).set(1)
+        self.engine_steps.models = models
 
     def render(self) -> bytes:
         """This process's metrics; under `mindmotor up`, whose coordinator replicas share one port,
@@ -103,8 +158,29 @@ class CoordinatorMetrics:
         if os.environ.get(MULTIPROC_ENV):
             registry = CollectorRegistry()
             multiprocess.MultiProcessCollector(registry)
+            registry.register(self.engine_steps)     # the routing table's: this replica's view, once
             return generate_latest(registry)
         return generate_latest(self.registry)
+
+
+class EngineSteps(Collector):
+    """vLLM's `iteration_tokens_total` per instance (label engine), as each last reported it (a
+    worker's cumulative counts since it started, in heartbeats or Status: not a sum over
+    coordinators or replicas, so it is read from the routing table at the scrape)."""
+
+    def __init__(self):
+        self.models: dict = {}
+
+    def collect(self):
+        family = HistogramMetricFamily(V.ITERATION_TOKENS, "Histogram of number of tokens per engine_step.",
+                                       labels=[V.LABEL, V.ENGINE_LABEL])
+        for model, views in self.models.items():
+            for v in views:
+                if model and len(v.iteration_token_counts) == len(V.ITERATION_TOKEN_BUCKETS) + 1:
+                    counts = V.BucketCounts(V.ITERATION_TOKEN_BUCKETS, list(v.iteration_token_counts),
+                                            v.iteration_tokens_sum)
+                    family.add_metric([model, v.instance_id], counts.cumulative(), sum_value=v.iteration_tokens_sum)
+        yield family
 
 
 def forget_replica(directory: str, pid: int) -> None:
@@ -112,16 +188,45 @@ def forget_replica(directory: str, pid: int) -> None:
     multiprocess.mark_process_dead(pid, str(directory))
 
 
-class ChoiceTimer:
-    """Latency of one choice: TTFT, the gaps between chunks, TPOT and end to end."""
+PHASE_DOCS = {
+    V.QUEUE_TIME: "Histogram of time spent in WAITING phase for request.",
+    V.PREFILL_TIME: "Histogram of time spent in PREFILL phase for request.",
+    V.DECODE_TIME: "Histogram of time spent in DECODE phase for request.",
+    V.INFERENCE_TIME: "Histogram of time spent in RUNNING phase for request.",
+}
 
-    def __init__(self, metrics: CoordinatorMetrics, model: str, arrival: float):
+
+class ChoiceTimer:
+    """Latency of one choice: TTFT, the gaps between chunks, TPOT and end to end; at its finish,
+    vLLM's request counters and phase histograms (`finish`)."""
+
+    def __init__(self, metrics: CoordinatorMetrics, model: str, arrival: float, slo_class: str = "standard",
+                 targets=None):
+        """`targets`: the class's (slo_classes.SLOClass: ttft_s, tpot_s), counted as met or missed."""
         self.metrics = metrics
         self.model = model
         self.arrival = arrival
+        self.slo_class = slo_class
+        self.targets = targets
         self.first: float | None = None
         self.last: float | None = None
         self.tokens = 0
+        self.call_started: float | None = None    # when the last worker call was sent
+        self._pending = False
+
+    def begin(self) -> None:
+        """The choice is admitted and on its way: pending until its first token (or its end)."""
+        if not self._pending and self.first is None:
+            self._pending = True
+            self.metrics.pending.labels(self.slo_class).inc()
+
+    def end(self) -> None:
+        if self._pending:
+            self._pending = False
+            self.metrics.pending.labels(self.slo_class).dec()
+
+    def on_call(self) -> None:
+        self.call_started = time.perf_counter()
 
     def on_tokens(self, n: int) -> None:
         if n <= 0:
@@ -129,6 +234,7 @@ class ChoiceTimer:
         now = time.perf_counter()
         if self.first is None:
             self.first = now
+            self.end()
             self.metrics.ttft.labels(self.model).observe(now - self.arrival)
             self.metrics.vllm_ttft.labels(self.model).observe(now - self.arrival)
         elif self.last is not None:
@@ -137,12 +243,61 @@ class ChoiceTimer:
         self.last = now
         self.tokens += n
 
-    def on_finish(self) -> None:
+    def on_finish(self, finish_reason: str = "", usage=None, timings=None) -> None:
+        """The choice finished (`finish_reason`, its `usage`, the last worker call's
+        `RequestTimings` if any): every vLLM request family moves by one. vLLM's phases here: prefill
+        and decode as the worker measured them, queue the rest of e2e (everything before the engine's
+        first step: admission, routing, network, the worker's queue), so queue + prefill + decode = e2e."""
         now = time.perf_counter()
-        self.metrics.e2e.labels(self.model).observe(now - self.arrival)
-        self.metrics.vllm_e2e.labels(self.model).observe(now - self.arrival)
+        self.end()
+        e2e = now - self.arrival
+        self.metrics.e2e.labels(self.model).observe(e2e)
+        self.metrics.vllm_e2e.labels(self.model).observe(e2e)
+        m = self.model
+        if finish_reason:
+            self.metrics.vllm_success.labels(m, finish_reason).inc()
+        if usage is not None:
+            self.metrics.vllm_prompt_tokens.labels(m).inc(usage.prompt_tokens)
+            self.metrics.vllm_prefix_queries.labels(m).inc(usage.prompt_tokens)
+            self.metrics.vllm_prefix_hits.labels(m).inc(usage.cached_tokens)
+        self._phases(e2e, now, timings)
+        self._slo(now)
+
+    def _slo(self, now: float) -> None:
+        t = self.targets
+        if t is None or (t.ttft_s is None and t.tpot_s is None):
+            return
+        ttft = (self.first if self.first is not None else now) - self.arrival
+        tpot = (now - self.first) / (self.tokens - 1) if self.first is not None and self.tokens > 1 else 0.0
+        late_ttft = t.ttft_s is not None and ttft > t.ttft_s
+        late_tpot = t.tpot_s is not None and tpot > t.tpot_s
+        outcome = "missed_both" if late_ttft and late_tpot else "missed_ttft" if late_ttft else \
+            "missed_tpot" if late_tpot else "met"
+        self.metrics.slo.labels(self.model, self.slo_class, outcome).inc()
         self.metrics.generation_tokens.labels(self.model).inc(self.tokens)
         self.metrics.vllm_generation_tokens.labels(self.model).inc(self.tokens)
         if self.first is not None and self.tokens > 1:
             self.metrics.tpot.labels(self.model).observe((now - self.first) / (self.tokens - 1))
             self.metrics.vllm_tpot.labels(self.model).observe((now - self.first) / (self.tokens - 1))
+
+    def _phases(self, e2e: float, now: float, timings) -> None:
+        worker_queue = prefill = decode = 0.0
+        if timings is not None:
+            worker_queue, prefill, decode = timings.queued_s, timings.prefill_s, timings.decode_s
+            self.metrics.vllm_preemptions.labels(self.model).inc(timings.preemptions)
+        # never more than e2e (clocks differ: the worker's durations against ours)
+        running = min(prefill + decode, e2e)
+        prefill = min(prefill, running)
+        decode = running - prefill
+        queue = e2e - running
+        phases = self.metrics.vllm_phases
+        for name, value in ((V.QUEUE_TIME, queue), (V.PREFILL_TIME, prefill), (V.DECODE_TIME, decode),
+                            (V.INFERENCE_TIME, running)):
+            phases[name].labels(self.model).observe(value)
+        call = now - self.call_started if self.call_started is not None and timings is not None else 0.0
+        call = min(call, e2e)
+        worker_queue = min(worker_queue, max(0.0, call - running))
+        mine = {"coordinator": e2e - call, "worker_queue": worker_queue, "prefill": prefill, "decode": decode,
+                "network": max(0.0, call - running - worker_queue)}
+        for phase, value in mine.items():
+            self.metrics.phase.labels(self.model, self.slo_class, phase).observe(value)

@@ -12,6 +12,7 @@ from mindmotor.coordinator.catalog.adapters import AdapterDirectory
 from mindmotor.coordinator.dispatch.admission import Admission
 from mindmotor.coordinator.http.auth import APIKeys
 from mindmotor.coordinator.dispatch.channels import WorkerChannels
+from mindmotor.common.tracing import Tracing
 from mindmotor.coordinator.config import CoordinatorSettings
 from mindmotor.coordinator.routing.table import RoutingTable
 from mindmotor.coordinator.metrics import CoordinatorMetrics
@@ -50,6 +51,7 @@ class Coordinator:
     resume_key: bytes = field(default_factory=new_key)   # signs stream positions (resume.py)
     responses: ResponseStore = field(default_factory=lambda: MemoryStore(StoreLimits()))  # /v1/responses
     adapters: AdapterDirectory | None = None   # LoRA adapters the workers serve (catalog/adapters.py)
+    tracing: Tracing = field(default_factory=lambda: Tracing("mindmotor-coordinator"))    # off unless an endpoint
 
 
 async def get_coordinator(request: Request) -> Coordinator:

@@ -18,6 +18,7 @@ from typing import Callable, Sequence as Seq
 import numpy as np
 
 from mindmotor.common.tokenizer import IncrementalDetokenizer, Tokenizer
+from mindmotor.common.vllm_metrics import ITERATION_TOKEN_BUCKETS, BucketCounts
 from mindmotor.vocabulary import FinishReason
 from mindmotor.device.emulated_device import EmulatedDevice
 from mindmotor.device.hf_profile import resolve_profile   # a profile name or a config.json
@@ -135,6 +136,7 @@ class EngineStats:
     kv_tier_loads_partial: int = 0    # blocks evicted mid-load: the rest computed
     kv_tier_loads_failed: int = 0     # the copy failed: computed
     kv_tier_load_buckets: tuple = ()  # loads per LOAD_TIME_BUCKETS bucket (emulated seconds)
+    iteration_tokens: BucketCounts | None = None   # tokens per step (a copy)
     kv_tier_load_s_sum: float = 0.0
     lora: dict | None = None          # LoRA adapters: running/waiting ones, max_lora, loads, per-adapter requests
 
@@ -228,6 +230,7 @@ class LLMEngine:
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.steps = 0
+        self.iteration_tokens = BucketCounts(ITERATION_TOKEN_BUCKETS)   # tokens per step (vLLM's)
         self.last_step_s = 0.0                        # the emulated duration of the last step that ran
         self.request_failures = 0                     # requests the engine finished with an error
         self.step_failures = 0
@@ -654,6 +657,7 @@ class LLMEngine:
                 if self.lora is not None:      # only adapter copies under way: the card waits for one
                     self.device.idle(self.lora.idle())
                 return []
+            self._account_step(sched, started)
             inp, tokens, logprobs, errors = self._execute(sched)
             self._postprocess(sched, inp.sampling, tokens, logprobs, errors)
             self.last_step_s = self.device.run_step(inp.shape, started).seconds
@@ -665,6 +669,16 @@ class LLMEngine:
             self.consecutive_step_failures = 0
             self.steps += 1
         return self._step_outputs
+
+    def _account_step(self, sched, started: float) -> None:
+        """vLLM's per-step figures: a request's first step ends its WAITING phase; the step's
+        token count goes into `iteration_tokens` (ITERATION_TOKEN_BUCKETS)."""
+        tokens = 0
+        for s in sched.scheduled:
+            tokens += s.num_new_tokens
+            if s.seq.first_scheduled_time is None:
+                s.seq.first_scheduled_time = started
+        self.iteration_tokens.observe(tokens)
 
     def _run_model(self, sched):
         """The forward pass and the sampler: (the step's input, tokens, logprobs, row errors)."""
@@ -792,6 +806,8 @@ class LLMEngine:
             kv_host_bytes=self.kv_cache.host_bytes, kv_host_budget_bytes=self.kv_host_budget_bytes,
             kv_host_blocks=bm.host_blocks, kv_cached_blocks=bm.num_cached_blocks, kv_evictions=bm.evictions,
             kv_host_limited=bm.host_limited, prefix_queries=bm.prefix_queries, prefix_hits=bm.prefix_hits,
+            iteration_tokens=BucketCounts(self.iteration_tokens.bounds, list(self.iteration_tokens.counts),
+                                          self.iteration_tokens.total, self.iteration_tokens.count),
             lora=self._lora_stats(), **self._tier_stats())
 
     def _lora_stats(self) -> dict | None:

@@ -26,6 +26,11 @@ class RequestOutput:
     new_logprobs: list[TokenLogprob] = field(default_factory=list)
     error: str | None = None                  # finish_reason ERROR: what the engine raised for it
     prompt_logprobs: list[TokenLogprob] | None = None   # on the first output, when prompt_logprobs was asked
+    # on the last output: the engine-clock times of its phases (vLLM's queued/prefill/decode)
+    arrival_time: float | None = None
+    first_scheduled_time: float | None = None
+    first_token_time: float | None = None
+    num_preemptions: int = 0
 
 
 class OutputProcessor:
@@ -122,4 +127,7 @@ class OutputProcessor:
             request_id=rid, new_token_ids=new_tokens, new_text=text, finished=finished,
             finish_reason=FinishReason(status.value) if finished else None, stop_reason=seq.stop_reason,
             num_prompt_tokens=seq.num_prompt_tokens, num_output_tokens=seq.num_output_tokens,
-            num_cached_tokens=seq.num_cached_tokens, new_logprobs=new_logprobs)
+            num_cached_tokens=seq.num_cached_tokens, new_logprobs=new_logprobs,
+            **(dict(arrival_time=seq.arrival_time, first_scheduled_time=seq.first_scheduled_time,
+                    first_token_time=seq.first_token_time, num_preemptions=seq.num_preemptions)
+               if finished else {}))

@@ -34,6 +34,7 @@ class Sequence:
     kv_source: KVSource | None = None      # a continuation whose prompt KV is pulled, not computed
     stop_reason: int | str | None = None
     rng: np.random.Generator | None = None
+    first_scheduled_time: float | None = None   # the start of its first step (vLLM: leaves WAITING)
     first_token_time: float | None = None
     output_text: str = ""
     logprobs: list = field(default_factory=list)

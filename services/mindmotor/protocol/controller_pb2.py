@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from . import roles_pb2 as roles__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x10\x63ontroller.proto\x12\x0cmindmotor.v1\x1a\x0broles.proto\"\xf7\x01\n\x0fRegisterRequest\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x17\n\x0fmetrics_address\x18\x03 \x01(\t\x12\r\n\x05model\x18\x04 \x01(\t\x12 \n\x04role\x18\x0c \x01(\x0e\x32\x12.mindmotor.v1.Role\x12\x0e\n\x06\x64\x65vice\x18\x06 \x01(\t\x12\x15\n\rmax_model_len\x18\x07 \x01(\r\x12\x12\n\nblock_size\x18\x08 \x01(\r\x12\x12\n\ndeployment\x18\t \x01(\t\x12\x0f\n\x07version\x18\n \x01(\t\x12\x0e\n\x06weight\x18\x0b \x01(\x01J\x04\x08\x05\x10\x06\"\xa8\x01\n\x10RegisterResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x1c\n\x14heartbeat_interval_s\x18\x03 \x01(\x01\x12\x17\n\x0fsuspect_after_s\x18\x04 \x01(\x01\x12\x14\n\x0c\x64\x65\x61\x64_after_s\x18\x05 \x01(\x01\x12\x15\n\rcontroller_id\x18\x06 \x01(\t\x12\r\n\x05state\x18\x07 \x01(\t\"\xb5\x02\n\x10HeartbeatRequest\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\x12\x0f\n\x07running\x18\x02 \x01(\r\x12\x0f\n\x07waiting\x18\x03 \x01(\r\x12\x10\n\x08kv_usage\x18\x04 \x01(\x02\x12\x1a\n\x12outstanding_tokens\x18\x05 \x01(\x04\x12\r\n\x05state\x18\x06 \x01(\t\x12 \n\x04role\x18\r \x01(\x0e\x32\x12.mindmotor.v1.Role\x12\x31\n\rcached_blocks\x18\x08 \x01(\x0b\x32\x1a.mindmotor.v1.CachedBlocks\x12\x12\n\nttft_p90_s\x18\t \x01(\x01\x12\x12\n\ntpot_p90_s\x18\n \x01(\x01\x12\x14\n\x0cttft_samples\x18\x0b \x01(\r\x12\x14\n\x0ctpot_samples\x18\x0c \x01(\rJ\x04\x08\x07\x10\x08\"\x1e\n\x0c\x43\x61\x63hedBlocks\x12\x0e\n\x06hashes\x18\x01 \x03(\x0c\"\xb3\x01\n\x10HeartbeatCommand\x12+\n\x05\x64rain\x18\x01 \x01(\x0b\x32\x1a.mindmotor.v1.DrainCommandH\x00\x12\x30\n\x08set_role\x18\x02 \x01(\x0b\x32\x1c.mindmotor.v1.SetRoleCommandH\x00\x12\x35\n\nreregister\x18\x03 \x01(\x0b\x32\x1f.mindmotor.v1.ReregisterCommandH\x00\x42\t\n\x07\x63ommand\"\x1e\n\x0c\x44rainCommand\x12\x0e\n\x06reason\x18\x01 \x01(\t\"8\n\x0eSetRoleCommand\x12 \n\x04role\x18\x02 \x01(\x0e\x32\x12.mindmotor.v1.RoleJ\x04\x08\x01\x10\x02\"#\n\x11ReregisterCommand\x12\x0e\n\x06reason\x18\x01 \x01(\t\"\x1d\n\x0cWatchRequest\x12\r\n\x05model\x18\x01 \x01(\t\"\xbd\x01\n\x0cRoutingTable\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12-\n\tinstances\x18\x02 \x03(\x0b\x32\x1a.mindmotor.v1.InstanceInfo\x12\x15\n\rcontroller_id\x18\x03 \x01(\t\x12\x13\n\x0b\x66rom_leader\x18\x04 \x01(\x08\x12\x14\n\x0cgenerated_at\x18\x05 \x01(\x01\x12+\n\x07traffic\x18\x06 \x03(\x0b\x32\x1a.mindmotor.v1.TrafficSplit\"\x9b\x01\n\x0cTrafficSplit\x12\x12\n\ndeployment\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x38\n\x07weights\x18\x03 \x03(\x0b\x32\'.mindmotor.v1.TrafficSplit.WeightsEntry\x1a.\n\x0cWeightsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\xdc\x02\n\x0cInstanceInfo\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x17\n\x0fmetrics_address\x18\x03 \x01(\t\x12\r\n\x05model\x18\x04 \x01(\t\x12 \n\x04role\x18\x10 \x01(\x0e\x32\x12.mindmotor.v1.Role\x12\x0e\n\x06\x64\x65vice\x18\x06 \x01(\t\x12\x15\n\rmax_model_len\x18\x07 \x01(\r\x12\x12\n\nblock_size\x18\x08 \x01(\r\x12\x12\n\ndeployment\x18\t \x01(\t\x12\x0f\n\x07version\x18\n \x01(\t\x12\x0e\n\x06weight\x18\x0b \x01(\x01\x12\r\n\x05state\x18\x0c \x01(\t\x12\x10\n\x08routable\x18\r \x01(\x08\x12(\n\x04load\x18\x0e \x01(\x0b\x32\x1a.mindmotor.v1.InstanceLoad\x12\x1b\n\x13\x63\x61\x63hed_block_hashes\x18\x0f \x03(\x0cJ\x04\x08\x05\x10\x06\"^\n\x0cInstanceLoad\x12\x0f\n\x07running\x18\x01 \x01(\r\x12\x0f\n\x07waiting\x18\x02 \x01(\r\x12\x10\n\x08kv_usage\x18\x03 \x01(\x02\x12\x1a\n\x12outstanding_tokens\x18\x04 \x01(\x04\"M\n\x14ReportFailureRequest\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x10\n\x08reporter\x18\x03 \x01(\t\"5\n\x15ReportFailureResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12\r\n\x05state\x18\x02 \x01(\t\"(\n\x11\x44\x65registerRequest\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\"#\n\x12\x44\x65registerResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\"\xa5\x01\n\x11SetTrafficRequest\x12\x12\n\ndeployment\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12=\n\x07weights\x18\x03 \x03(\x0b\x32,.mindmotor.v1.SetTrafficRequest.WeightsEntry\x1a.\n\x0cWeightsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"%\n\x12SetTrafficResponse\x12\x0f\n\x07version\x18\x01 \x01(\x04\x32\xe7\x03\n\nController\x12I\n\x08Register\x12\x1d.mindmotor.v1.RegisterRequest\x1a\x1e.mindmotor.v1.RegisterResponse\x12O\n\tHeartbeat\x12\x1e.mindmotor.v1.HeartbeatRequest\x1a\x1e.mindmotor.v1.HeartbeatCommand(\x01\x30\x01\x12\x41\n\x05Watch\x12\x1a.mindmotor.v1.WatchRequest\x1a\x1a.mindmotor.v1.RoutingTable0\x01\x12X\n\rReportFailure\x12\".mindmotor.v1.ReportFailureRequest\x1a#.mindmotor.v1.ReportFailureResponse\x12O\n\nDeregister\x12\x1f.mindmotor.v1.DeregisterRequest\x1a .mindmotor.v1.DeregisterResponse\x12O\n\nSetTraffic\x12\x1f.mindmotor.v1.SetTrafficRequest\x1a .mindmotor.v1.SetTrafficResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x10\x63ontroller.proto\x12\x0cmindmotor.v1\x1a\x0broles.proto\"\xf7\x01\n\x0fRegisterRequest\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x17\n\x0fmetrics_address\x18\x03 \x01(\t\x12\r\n\x05model\x18\x04 \x01(\t\x12 \n\x04role\x18\x0c \x01(\x0e\x32\x12.mindmotor.v1.Role\x12\x0e\n\x06\x64\x65vice\x18\x06 \x01(\t\x12\x15\n\rmax_model_len\x18\x07 \x01(\r\x12\x12\n\nblock_size\x18\x08 \x01(\r\x12\x12\n\ndeployment\x18\t \x01(\t\x12\x0f\n\x07version\x18\n \x01(\t\x12\x0e\n\x06weight\x18\x0b \x01(\x01J\x04\x08\x05\x10\x06\"\xa8\x01\n\x10RegisterResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x1c\n\x14heartbeat_interval_s\x18\x03 \x01(\x01\x12\x17\n\x0fsuspect_after_s\x18\x04 \x01(\x01\x12\x14\n\x0c\x64\x65\x61\x64_after_s\x18\x05 \x01(\x01\x12\x15\n\rcontroller_id\x18\x06 \x01(\t\x12\r\n\x05state\x18\x07 \x01(\t\"\xf3\x02\n\x10HeartbeatRequest\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\x12\x0f\n\x07running\x18\x02 \x01(\r\x12\x0f\n\x07waiting\x18\x03 \x01(\r\x12\x10\n\x08kv_usage\x18\x04 \x01(\x02\x12\x1a\n\x12outstanding_tokens\x18\x05 \x01(\x04\x12\r\n\x05state\x18\x06 \x01(\t\x12 \n\x04role\x18\r \x01(\x0e\x32\x12.mindmotor.v1.Role\x12\x31\n\rcached_blocks\x18\x08 \x01(\x0b\x32\x1a.mindmotor.v1.CachedBlocks\x12\x12\n\nttft_p90_s\x18\t \x01(\x01\x12\x12\n\ntpot_p90_s\x18\n \x01(\x01\x12\x14\n\x0cttft_samples\x18\x0b \x01(\r\x12\x14\n\x0ctpot_samples\x18\x0c \x01(\r\x12\x1e\n\x16iteration_token_counts\x18\x0e \x03(\x04\x12\x1c\n\x14iteration_tokens_sum\x18\x0f \x01(\x01J\x04\x08\x07\x10\x08\"\x1e\n\x0c\x43\x61\x63hedBlocks\x12\x0e\n\x06hashes\x18\x01 \x03(\x0c\"\xb3\x01\n\x10HeartbeatCommand\x12+\n\x05\x64rain\x18\x01 \x01(\x0b\x32\x1a.mindmotor.v1.DrainCommandH\x00\x12\x30\n\x08set_role\x18\x02 \x01(\x0b\x32\x1c.mindmotor.v1.SetRoleCommandH\x00\x12\x35\n\nreregister\x18\x03 \x01(\x0b\x32\x1f.mindmotor.v1.ReregisterCommandH\x00\x42\t\n\x07\x63ommand\"\x1e\n\x0c\x44rainCommand\x12\x0e\n\x06reason\x18\x01 \x01(\t\"8\n\x0eSetRoleCommand\x12 \n\x04role\x18\x02 \x01(\x0e\x32\x12.mindmotor.v1.RoleJ\x04\x08\x01\x10\x02\"#\n\x11ReregisterCommand\x12\x0e\n\x06reason\x18\x01 \x01(\t\"\x1d\n\x0cWatchRequest\x12\r\n\x05model\x18\x01 \x01(\t\"\xbd\x01\n\x0cRoutingTable\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12-\n\tinstances\x18\x02 \x03(\x0b\x32\x1a.mindmotor.v1.InstanceInfo\x12\x15\n\rcontroller_id\x18\x03 \x01(\t\x12\x13\n\x0b\x66rom_leader\x18\x04 \x01(\x08\x12\x14\n\x0cgenerated_at\x18\x05 \x01(\x01\x12+\n\x07traffic\x18\x06 \x03(\x0b\x32\x1a.mindmotor.v1.TrafficSplit\"\x9b\x01\n\x0cTrafficSplit\x12\x12\n\ndeployment\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x38\n\x07weights\x18\x03 \x03(\x0b\x32\'.mindmotor.v1.TrafficSplit.WeightsEntry\x1a.\n\x0cWeightsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\xdc\x02\n\x0cInstanceInfo\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x17\n\x0fmetrics_address\x18\x03 \x01(\t\x12\r\n\x05model\x18\x04 \x01(\t\x12 \n\x04role\x18\x10 \x01(\x0e\x32\x12.mindmotor.v1.Role\x12\x0e\n\x06\x64\x65vice\x18\x06 \x01(\t\x12\x15\n\rmax_model_len\x18\x07 \x01(\r\x12\x12\n\nblock_size\x18\x08 \x01(\r\x12\x12\n\ndeployment\x18\t \x01(\t\x12\x0f\n\x07version\x18\n \x01(\t\x12\x0e\n\x06weight\x18\x0b \x01(\x01\x12\r\n\x05state\x18\x0c \x01(\t\x12\x10\n\x08routable\x18\r \x01(\x08\x12(\n\x04load\x18\x0e \x01(\x0b\x32\x1a.mindmotor.v1.InstanceLoad\x12\x1b\n\x13\x63\x61\x63hed_block_hashes\x18\x0f \x03(\x0cJ\x04\x08\x05\x10\x06\"\x9c\x01\n\x0cInstanceLoad\x12\x0f\n\x07running\x18\x01 \x01(\r\x12\x0f\n\x07waiting\x18\x02 \x01(\r\x12\x10\n\x08kv_usage\x18\x03 \x01(\x02\x12\x1a\n\x12outstanding_tokens\x18\x04 \x01(\x04\x12\x1e\n\x16iteration_token_counts\x18\x05 \x03(\x04\x12\x1c\n\x14iteration_tokens_sum\x18\x06 \x01(\x01\"M\n\x14ReportFailureRequest\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x10\n\x08reporter\x18\x03 \x01(\t\"5\n\x15ReportFailureResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12\r\n\x05state\x18\x02 \x01(\t\"(\n\x11\x44\x65registerRequest\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\"#\n\x12\x44\x65registerResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\"\xa5\x01\n\x11SetTrafficRequest\x12\x12\n\ndeployment\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12=\n\x07weights\x18\x03 \x03(\x0b\x32,.mindmotor.v1.SetTrafficRequest.WeightsEntry\x1a.\n\x0cWeightsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"%\n\x12SetTrafficResponse\x12\x0f\n\x07version\x18\x01 \x01(\x04\x32\xe7\x03\n\nController\x12I\n\x08Register\x12\x1d.mindmotor.v1.RegisterRequest\x1a\x1e.mindmotor.v1.RegisterResponse\x12O\n\tHeartbeat\x12\x1e.mindmotor.v1.HeartbeatRequest\x1a\x1e.mindmotor.v1.HeartbeatCommand(\x01\x30\x01\x12\x41\n\x05Watch\x12\x1a.mindmotor.v1.WatchRequest\x1a\x1a.mindmotor.v1.RoutingTable0\x01\x12X\n\rReportFailure\x12\".mindmotor.v1.ReportFailureRequest\x1a#.mindmotor.v1.ReportFailureResponse\x12O\n\nDeregister\x12\x1f.mindmotor.v1.DeregisterRequest\x1a .mindmotor.v1.DeregisterResponse\x12O\n\nSetTraffic\x12\x1f.mindmotor.v1.SetTrafficRequest\x1a .mindmotor.v1.SetTrafficResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -41,43 +41,43 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REGISTERRESPONSE']._serialized_start=298
   _globals['_REGISTERRESPONSE']._serialized_end=466
   _globals['_HEARTBEATREQUEST']._serialized_start=469
-  _globals['_HEARTBEATREQUEST']._serialized_end=778
-  _globals['_CACHEDBLOCKS']._serialized_start=780
-  _globals['_CACHEDBLOCKS']._serialized_end=810
-  _globals['_HEARTBEATCOMMAND']._serialized_start=813
-  _globals['_HEARTBEATCOMMAND']._serialized_end=992
-  _globals['_DRAINCOMMAND']._serialized_start=994
-  _globals['_DRAINCOMMAND']._serialized_end=1024
-  _globals['_SETROLECOMMAND']._serialized_start=1026
-  _globals['_SETROLECOMMAND']._serialized_end=1082
-  _globals['_REREGISTERCOMMAND']._serialized_start=1084
-  _globals['_REREGISTERCOMMAND']._serialized_end=1119
-  _globals['_WATCHREQUEST']._serialized_start=1121
-  _globals['_WATCHREQUEST']._serialized_end=1150
-  _globals['_ROUTINGTABLE']._serialized_start=1153
-  _globals['_ROUTINGTABLE']._serialized_end=1342
-  _globals['_TRAFFICSPLIT']._serialized_start=1345
-  _globals['_TRAFFICSPLIT']._serialized_end=1500
-  _globals['_TRAFFICSPLIT_WEIGHTSENTRY']._serialized_start=1454
-  _globals['_TRAFFICSPLIT_WEIGHTSENTRY']._serialized_end=1500
-  _globals['_INSTANCEINFO']._serialized_start=1503
-  _globals['_INSTANCEINFO']._serialized_end=1851
-  _globals['_INSTANCELOAD']._serialized_start=1853
-  _globals['_INSTANCELOAD']._serialized_end=1947
-  _globals['_REPORTFAILUREREQUEST']._serialized_start=1949
-  _globals['_REPORTFAILUREREQUEST']._serialized_end=2026
-  _globals['_REPORTFAILURERESPONSE']._serialized_start=2028
-  _globals['_REPORTFAILURERESPONSE']._serialized_end=2081
-  _globals['_DEREGISTERREQUEST']._serialized_start=2083
-  _globals['_DEREGISTERREQUEST']._serialized_end=2123
-  _globals['_DEREGISTERRESPONSE']._serialized_start=2125
-  _globals['_DEREGISTERRESPONSE']._serialized_end=2160
-  _globals['_SETTRAFFICREQUEST']._serialized_start=2163
-  _globals['_SETTRAFFICREQUEST']._serialized_end=2328
-  _globals['_SETTRAFFICREQUEST_WEIGHTSENTRY']._serialized_start=1454
-  _globals['_SETTRAFFICREQUEST_WEIGHTSENTRY']._serialized_end=1500
-  _globals['_SETTRAFFICRESPONSE']._serialized_start=2330
-  _globals['_SETTRAFFICRESPONSE']._serialized_end=2367
-  _globals['_CONTROLLER']._serialized_start=2370
-  _globals['_CONTROLLER']._serialized_end=2857
+  _globals['_HEARTBEATREQUEST']._serialized_end=840
+  _globals['_CACHEDBLOCKS']._serialized_start=842
+  _globals['_CACHEDBLOCKS']._serialized_end=872
+  _globals['_HEARTBEATCOMMAND']._serialized_start=875
+  _globals['_HEARTBEATCOMMAND']._serialized_end=1054
+  _globals['_DRAINCOMMAND']._serialized_start=1056
+  _globals['_DRAINCOMMAND']._serialized_end=1086
+  _globals['_SETROLECOMMAND']._serialized_start=1088
+  _globals['_SETROLECOMMAND']._serialized_end=1144
+  _globals['_REREGISTERCOMMAND']._serialized_start=1146
+  _globals['_REREGISTERCOMMAND']._serialized_end=1181
+  _globals['_WATCHREQUEST']._serialized_start=1183
+  _globals['_WATCHREQUEST']._serialized_end=1212
+  _globals['_ROUTINGTABLE']._serialized_start=1215
+  _globals['_ROUTINGTABLE']._serialized_end=1404
+  _globals['_TRAFFICSPLIT']._serialized_start=1407
+  _globals['_TRAFFICSPLIT']._serialized_end=1562
+  _globals['_TRAFFICSPLIT_WEIGHTSENTRY']._serialized_start=1516
+  _globals['_TRAFFICSPLIT_WEIGHTSENTRY']._serialized_end=1562
+  _globals['_INSTANCEINFO']._serialized_start=1565
+  _globals['_INSTANCEINFO']._serialized_end=1913
+  _globals['_INSTANCELOAD']._serialized_start=1916
+  _globals['_INSTANCELOAD']._serialized_end=2072
+  _globals['_REPORTFAILUREREQUEST']._serialized_start=2074
+  _globals['_REPORTFAILUREREQUEST']._serialized_end=2151
+  _globals['_REPORTFAILURERESPONSE']._serialized_start=2153
+  _globals['_REPORTFAILURERESPONSE']._serialized_end=2206
+  _globals['_DEREGISTERREQUEST']._serialized_start=2208
+  _globals['_DEREGISTERREQUEST']._serialized_end=2248
+  _globals['_DEREGISTERRESPONSE']._serialized_start=2250
+  _globals['_DEREGISTERRESPONSE']._serialized_end=2285
+  _globals['_SETTRAFFICREQUEST']._serialized_start=2288
+  _globals['_SETTRAFFICREQUEST']._serialized_end=2453
+  _globals['_SETTRAFFICREQUEST_WEIGHTSENTRY']._serialized_start=1516
+  _globals['_SETTRAFFICREQUEST_WEIGHTSENTRY']._serialized_end=1562
+  _globals['_SETTRAFFICRESPONSE']._serialized_start=2455
+  _globals['_SETTRAFFICRESPONSE']._serialized_end=2492
+  _globals['_CONTROLLER']._serialized_start=2495
+  _globals['_CONTROLLER']._serialized_end=2982
 # @@protoc_insertion_point(module_scope)

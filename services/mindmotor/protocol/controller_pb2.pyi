@@ -52,7 +52,7 @@ class RegisterResponse(_message.Message):
     def __init__(self, accepted: _Optional[bool] = ..., message: _Optional[str] = ..., heartbeat_interval_s: _Optional[float] = ..., suspect_after_s: _Optional[float] = ..., dead_after_s: _Optional[float] = ..., controller_id: _Optional[str] = ..., state: _Optional[str] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("instance_id", "running", "waiting", "kv_usage", "outstanding_tokens", "state", "role", "cached_blocks", "ttft_p90_s", "tpot_p90_s", "ttft_samples", "tpot_samples")
+    __slots__ = ("instance_id", "running", "waiting", "kv_usage", "outstanding_tokens", "state", "role", "cached_blocks", "ttft_p90_s", "tpot_p90_s", "ttft_samples", "tpot_samples", "iteration_token_counts", "iteration_tokens_sum")
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     WAITING_FIELD_NUMBER: _ClassVar[int]
@@ -65,6 +65,8 @@ class HeartbeatRequest(_message.Message):
     TPOT_P90_S_FIELD_NUMBER: _ClassVar[int]
     TTFT_SAMPLES_FIELD_NUMBER: _ClassVar[int]
     TPOT_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    ITERATION_TOKEN_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    ITERATION_TOKENS_SUM_FIELD_NUMBER: _ClassVar[int]
     instance_id: str
     running: int
     waiting: int
@@ -77,7 +79,9 @@ class HeartbeatRequest(_message.Message):
     tpot_p90_s: float
     ttft_samples: int
     tpot_samples: int
-    def __init__(self, instance_id: _Optional[str] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_usage: _Optional[float] = ..., outstanding_tokens: _Optional[int] = ..., state: _Optional[str] = ..., role: _Optional[_Union[_roles_pb2.Role, str]] = ..., cached_blocks: _Optional[_Union[CachedBlocks, _Mapping]] = ..., ttft_p90_s: _Optional[float] = ..., tpot_p90_s: _Optional[float] = ..., ttft_samples: _Optional[int] = ..., tpot_samples: _Optional[int] = ...) -> None: ...
+    iteration_token_counts: _containers.RepeatedScalarFieldContainer[int]
+    iteration_tokens_sum: float
+    def __init__(self, instance_id: _Optional[str] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_usage: _Optional[float] = ..., outstanding_tokens: _Optional[int] = ..., state: _Optional[str] = ..., role: _Optional[_Union[_roles_pb2.Role, str]] = ..., cached_blocks: _Optional[_Union[CachedBlocks, _Mapping]] = ..., ttft_p90_s: _Optional[float] = ..., tpot_p90_s: _Optional[float] = ..., ttft_samples: _Optional[int] = ..., tpot_samples: _Optional[int] = ..., iteration_token_counts: _Optional[_Iterable[int]] = ..., iteration_tokens_sum: _Optional[float] = ...) -> None: ...
 
 class CachedBlocks(_message.Message):
     __slots__ = ("hashes",)
@@ -187,16 +191,20 @@ class InstanceInfo(_message.Message):
     def __init__(self, instance_id: _Optional[str] = ..., address: _Optional[str] = ..., metrics_address: _Optional[str] = ..., model: _Optional[str] = ..., role: _Optional[_Union[_roles_pb2.Role, str]] = ..., device: _Optional[str] = ..., max_model_len: _Optional[int] = ..., block_size: _Optional[int] = ..., deployment: _Optional[str] = ..., version: _Optional[str] = ..., weight: _Optional[float] = ..., state: _Optional[str] = ..., routable: _Optional[bool] = ..., load: _Optional[_Union[InstanceLoad, _Mapping]] = ..., cached_block_hashes: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class InstanceLoad(_message.Message):
-    __slots__ = ("running", "waiting", "kv_usage", "outstanding_tokens")
+    __slots__ = ("running", "waiting", "kv_usage", "outstanding_tokens", "iteration_token_counts", "iteration_tokens_sum")
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     WAITING_FIELD_NUMBER: _ClassVar[int]
     KV_USAGE_FIELD_NUMBER: _ClassVar[int]
     OUTSTANDING_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    ITERATION_TOKEN_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    ITERATION_TOKENS_SUM_FIELD_NUMBER: _ClassVar[int]
     running: int
     waiting: int
     kv_usage: float
     outstanding_tokens: int
-    def __init__(self, running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_usage: _Optional[float] = ..., outstanding_tokens: _Optional[int] = ...) -> None: ...
+    iteration_token_counts: _containers.RepeatedScalarFieldContainer[int]
+    iteration_tokens_sum: float
+    def __init__(self, running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_usage: _Optional[float] = ..., outstanding_tokens: _Optional[int] = ..., iteration_token_counts: _Optional[_Iterable[int]] = ..., iteration_tokens_sum: _Optional[float] = ...) -> None: ...
 
 class ReportFailureRequest(_message.Message):
     __slots__ = ("instance_id", "reason", "reporter")

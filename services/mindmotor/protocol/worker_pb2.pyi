@@ -115,7 +115,7 @@ class StructuredOutput(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., spec: _Optional[str] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
-    __slots__ = ("request_id", "token_ids", "text", "logprobs", "finish_reason", "stop_token_id", "stop_string", "usage", "prompt_logprobs", "keepalive")
+    __slots__ = ("request_id", "token_ids", "text", "logprobs", "finish_reason", "stop_token_id", "stop_string", "usage", "prompt_logprobs", "keepalive", "timings")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
@@ -126,6 +126,7 @@ class GenerateResponse(_message.Message):
     USAGE_FIELD_NUMBER: _ClassVar[int]
     PROMPT_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     KEEPALIVE_FIELD_NUMBER: _ClassVar[int]
+    TIMINGS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     text: str
@@ -136,7 +137,20 @@ class GenerateResponse(_message.Message):
     usage: Usage
     prompt_logprobs: _containers.RepeatedCompositeFieldContainer[TokenLogprob]
     keepalive: bool
-    def __init__(self, request_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., logprobs: _Optional[_Iterable[_Union[TokenLogprob, _Mapping]]] = ..., finish_reason: _Optional[str] = ..., stop_token_id: _Optional[int] = ..., stop_string: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., prompt_logprobs: _Optional[_Iterable[_Union[TokenLogprob, _Mapping]]] = ..., keepalive: _Optional[bool] = ...) -> None: ...
+    timings: RequestTimings
+    def __init__(self, request_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., logprobs: _Optional[_Iterable[_Union[TokenLogprob, _Mapping]]] = ..., finish_reason: _Optional[str] = ..., stop_token_id: _Optional[int] = ..., stop_string: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., prompt_logprobs: _Optional[_Iterable[_Union[TokenLogprob, _Mapping]]] = ..., keepalive: _Optional[bool] = ..., timings: _Optional[_Union[RequestTimings, _Mapping]] = ...) -> None: ...
+
+class RequestTimings(_message.Message):
+    __slots__ = ("queued_s", "prefill_s", "decode_s", "preemptions")
+    QUEUED_S_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_S_FIELD_NUMBER: _ClassVar[int]
+    DECODE_S_FIELD_NUMBER: _ClassVar[int]
+    PREEMPTIONS_FIELD_NUMBER: _ClassVar[int]
+    queued_s: float
+    prefill_s: float
+    decode_s: float
+    preemptions: int
+    def __init__(self, queued_s: _Optional[float] = ..., prefill_s: _Optional[float] = ..., decode_s: _Optional[float] = ..., preemptions: _Optional[int] = ...) -> None: ...
 
 class TokenLogprob(_message.Message):
     __slots__ = ("token_id", "logprob", "top", "rank")
@@ -333,7 +347,7 @@ class StatusResponse(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., model: _Optional[str] = ..., max_model_len: _Optional[int] = ..., block_size: _Optional[int] = ..., role: _Optional[_Union[_roles_pb2.Role, str]] = ..., state: _Optional[str] = ..., load: _Optional[_Union[Load, _Mapping]] = ..., device: _Optional[_Union[DeviceStatus, _Mapping]] = ..., emulated_profile: _Optional[str] = ..., timing: _Optional[str] = ..., node: _Optional[str] = ...) -> None: ...
 
 class Load(_message.Message):
-    __slots__ = ("running", "waiting", "in_flight", "kv_usage", "num_blocks", "num_free_blocks", "prefix_hit_rate", "num_preemptions", "prompt_tokens", "generation_tokens", "steps", "emulated_time_s", "host_time_s", "lag_time_s", "kv_pinned", "kv_transfers", "kv_transfer_s")
+    __slots__ = ("running", "waiting", "in_flight", "kv_usage", "num_blocks", "num_free_blocks", "prefix_hit_rate", "num_preemptions", "prompt_tokens", "generation_tokens", "steps", "emulated_time_s", "host_time_s", "lag_time_s", "kv_pinned", "kv_transfers", "kv_transfer_s", "iteration_token_counts", "iteration_tokens_sum")
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     WAITING_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
@@ -351,6 +365,8 @@ class Load(_message.Message):
     KV_PINNED_FIELD_NUMBER: _ClassVar[int]
     KV_TRANSFERS_FIELD_NUMBER: _ClassVar[int]
     KV_TRANSFER_S_FIELD_NUMBER: _ClassVar[int]
+    ITERATION_TOKEN_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    ITERATION_TOKENS_SUM_FIELD_NUMBER: _ClassVar[int]
     running: int
     waiting: int
     in_flight: int
@@ -368,7 +384,9 @@ class Load(_message.Message):
     kv_pinned: int
     kv_transfers: int
     kv_transfer_s: float
-    def __init__(self, running: _Optional[int] = ..., waiting: _Optional[int] = ..., in_flight: _Optional[int] = ..., kv_usage: _Optional[float] = ..., num_blocks: _Optional[int] = ..., num_free_blocks: _Optional[int] = ..., prefix_hit_rate: _Optional[float] = ..., num_preemptions: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., generation_tokens: _Optional[int] = ..., steps: _Optional[int] = ..., emulated_time_s: _Optional[float] = ..., host_time_s: _Optional[float] = ..., lag_time_s: _Optional[float] = ..., kv_pinned: _Optional[int] = ..., kv_transfers: _Optional[int] = ..., kv_transfer_s: _Optional[float] = ...) -> None: ...
+    iteration_token_counts: _containers.RepeatedScalarFieldContainer[int]
+    iteration_tokens_sum: float
+    def __init__(self, running: _Optional[int] = ..., waiting: _Optional[int] = ..., in_flight: _Optional[int] = ..., kv_usage: _Optional[float] = ..., num_blocks: _Optional[int] = ..., num_free_blocks: _Optional[int] = ..., prefix_hit_rate: _Optional[float] = ..., num_preemptions: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., generation_tokens: _Optional[int] = ..., steps: _Optional[int] = ..., emulated_time_s: _Optional[float] = ..., host_time_s: _Optional[float] = ..., lag_time_s: _Optional[float] = ..., kv_pinned: _Optional[int] = ..., kv_transfers: _Optional[int] = ..., kv_transfer_s: _Optional[float] = ..., iteration_token_counts: _Optional[_Iterable[int]] = ..., iteration_tokens_sum: _Optional[float] = ...) -> None: ...
 
 class DeviceStatus(_message.Message):
     __slots__ = ("device", "npu_id", "utilization", "hbm_used_bytes", "hbm_total_bytes", "power_w", "temperature_c", "aicore_freq_mhz", "health")

@@ -45,6 +45,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a Generate stream that has sent nothing for this long gets a keepalive message "
              "(queued, a long prefill), so that the coordinator can tell a waiting worker from "
              "a frozen one; 0: never (default: %(default)s)")
+    add(net, "--otlp-traces-endpoint", metavar="URL",
+        help="export OpenTelemetry traces (the queue, prefill and decode of each call, under the caller's "
+             "traceparent) over OTLP/HTTP to this receiver (vLLM's flag; needs the tracing extra; default: off)")
     add(net, "--engine-stall-timeout", type=float, metavar="SECONDS", setting="engine_stall_timeout_s",
         help="keepalives stop while the engine thread has not completed a step or an idle "
              "wait for this long, so the streams of a stuck engine go silent "

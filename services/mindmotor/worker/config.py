@@ -56,6 +56,7 @@ class WorkerConfig(ServiceSettings):
     max_concurrent_requests: int = Field(4096, ge=1)  # Generate/Prefill calls served at once; more: RESOURCE_EXHAUSTED
     stream_keepalive_s: float = Field(1.0, ge=0)     # a Generate stream silent this long gets a keepalive message;
                                                      # 0: never
+    otlp_traces_endpoint: str | None = None          # OTLP/HTTP receiver of traces (vLLM's flag); None: off
     engine_stall_timeout_s: float = Field(10.0, gt=0)  # no keepalives once the engine thread has not gone round
                                                        # its loop for this long (stuck in a step)
     controller: str | None = None                    # "host:port[,host:port...]": register and heartbeat there
@@ -82,6 +83,13 @@ class WorkerConfig(ServiceSettings):
         if self.kv_shared and (self.engine.kv_host_bytes == 0 or not self.engine.enable_prefix_caching):
             raise ValueError("kv_shared shares the KV host tier: it needs --kv-host-bytes above 0 and prefix caching")
         return self
+
+    @field_validator("otlp_traces_endpoint")
+    @classmethod
+    def _otlp(cls, value: str | None) -> str | None:
+        from mindmotor.common.tracing import check_endpoint
+
+        return check_endpoint(value)
 
     @field_validator("engine", mode="before")
     @classmethod

@@ -54,7 +54,21 @@ def sampling_params_from_proto(p: pb.SamplingParams) -> SamplingParams:
         **optional)
 
 
-def response_from_output(out: RequestOutput) -> pb.GenerateResponse:
+def request_timings(out: RequestOutput, started: float, last_token_at: float) -> pb.RequestTimings:
+    """The phases of a finished call (`RequestTimings`): `started`, the Generate call's start, and
+    `last_token_at`, when its last output came, on the engine's clock (time.monotonic). A request
+    that never ran (failed while queued) spent it all queued."""
+    end = max(last_token_at, started)
+    scheduled = out.first_scheduled_time
+    if scheduled is None:
+        return pb.RequestTimings(queued_s=end - started, preemptions=out.num_preemptions)
+    scheduled = min(max(scheduled, started), end)
+    first = end if out.first_token_time is None else min(max(out.first_token_time, scheduled), end)
+    return pb.RequestTimings(queued_s=scheduled - started, prefill_s=first - scheduled, decode_s=end - first,
+                             preemptions=out.num_preemptions)
+
+
+def response_from_output(out: RequestOutput, timings: pb.RequestTimings | None = None) -> pb.GenerateResponse:
     response = pb.GenerateResponse(
         request_id=out.request_id, token_ids=out.new_token_ids, text=out.new_text,
         logprobs=[_token_logprob(lp) for lp in out.new_logprobs],
@@ -69,6 +83,8 @@ def response_from_output(out: RequestOutput) -> pb.GenerateResponse:
     response.usage.CopyFrom(pb.Usage(prompt_tokens=out.num_prompt_tokens,
                                      completion_tokens=out.num_output_tokens,
                                      cached_tokens=out.num_cached_tokens))
+    if timings is not None:
+        response.timings.CopyFrom(timings)
     return response
 
 
@@ -109,7 +125,9 @@ def load_from_stats(stats, in_flight: int) -> pb.Load:
         prompt_tokens=stats.prompt_tokens, generation_tokens=stats.generation_tokens, steps=stats.steps,
         emulated_time_s=stats.emulated_time_s, host_time_s=stats.host_time_s,
         lag_time_s=stats.lag_time_s, kv_pinned=stats.num_pinned, kv_transfers=stats.kv_transfers,
-        kv_transfer_s=stats.kv_transfer_s)
+        kv_transfer_s=stats.kv_transfer_s,
+        iteration_token_counts=list(stats.iteration_tokens.counts) if stats.iteration_tokens else [],
+        iteration_tokens_sum=stats.iteration_tokens.total if stats.iteration_tokens else 0.0)
 
 
 def device_status_from_snapshot(snap: dict) -> pb.DeviceStatus:

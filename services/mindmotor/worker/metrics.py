@@ -112,6 +112,15 @@ class EngineCollector(Collector):
             family = kind(name, doc, labels=[V.LABEL])
             family.add_metric(m, value)
             yield family
+        if stats.iteration_tokens is not None:
+            steps = HistogramMetricFamily(V.ITERATION_TOKENS, "Histogram of number of tokens per engine_step.",
+                                          labels=[V.LABEL])
+            steps.add_metric(m, stats.iteration_tokens.cumulative(), sum_value=stats.iteration_tokens.total)
+            yield steps
+        info = GaugeMetricFamily(V.CACHE_CONFIG_INFO, "Information of the LLMEngine CacheConfig",
+                                 labels=[V.LABEL, "block_size", "num_gpu_blocks"])
+        info.add_metric(m + [str(self.engine.info.block_size), str(stats.num_blocks)], 1.0)
+        yield info
 
 
 def _lora(lora: dict):
@@ -230,6 +239,9 @@ class WorkerMetrics:
                                   buckets=V.E2E_BUCKETS, registry=self.registry)
         self.vllm_success = Counter(V.REQUEST_SUCCESS, "Finished requests by finish reason",
                                     [V.LABEL, "finished_reason"], registry=self.registry)
+        self.vllm_phases = {name: Histogram(name, doc, [V.LABEL], buckets=V.REQUEST_LATENCY_BUCKETS,
+                                            registry=self.registry)
+                            for name, doc in PHASE_DOCS.items()}
 
     def request_timer(self) -> "RequestTimer":
         return RequestTimer(self)
@@ -241,8 +253,16 @@ class WorkerMetrics:
         return serve_metrics(host, port, self.registry)
 
 
+PHASE_DOCS = {
+    V.QUEUE_TIME: "Histogram of time spent in WAITING phase for request.",
+    V.PREFILL_TIME: "Histogram of time spent in PREFILL phase for request.",
+    V.DECODE_TIME: "Histogram of time spent in DECODE phase for request.",
+    V.INFERENCE_TIME: "Histogram of time spent in RUNNING phase for request.",
+}
+
+
 class RequestTimer:
-    """TTFT and TPOT of one Generate call."""
+    """TTFT and TPOT of one Generate call, and its phases (`timings`)."""
 
     def __init__(self, metrics: WorkerMetrics):
         self.metrics = metrics
@@ -282,6 +302,18 @@ class RequestTimer:
         self.metrics.vllm_e2e.labels(self.metrics.model_name).observe(e2e)     # to the last token
         if self._tokens > 0:                 # the request's mean time per output token
             self.metrics.recent_tpot.add((self._last_token_at - self._first_token_at) / self._tokens)
+
+    def timings(self, out):
+        """The finished call's phases (`RequestTimings`, sent on its last message), recorded under
+        vLLM's names here too."""
+        from mindmotor.worker.convert import request_timings
+
+        t = request_timings(out, self.started, self._last_token_at or time.monotonic())
+        name = self.metrics.model_name
+        for metric, value in ((V.QUEUE_TIME, t.queued_s), (V.PREFILL_TIME, t.prefill_s),
+                              (V.DECODE_TIME, t.decode_s), (V.INFERENCE_TIME, t.prefill_s + t.decode_s)):
+            self.metrics.vllm_phases[metric].labels(name).observe(value)
+        return t
 
     @property
     def elapsed_s(self) -> float:

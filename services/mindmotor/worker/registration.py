@@ -56,7 +56,9 @@ async def start_agent(config: WorkerConfig, port: int, metrics_port: int, servic
                             kv_usage=current.load.kv_usage, role=Role.from_proto(current.role),
                             # a failed worker (dead engine) is not routable: the controller knows DRAINING
                             state=WorkerState.DRAINING if admission.state == WorkerState.FAILED else admission.state,
-                            ttft_p90_s=ttft_p90, tpot_p90_s=tpot_p90, ttft_samples=ttft_n, tpot_samples=tpot_n)
+                            ttft_p90_s=ttft_p90, tpot_p90_s=tpot_p90, ttft_samples=ttft_n, tpot_samples=tpot_n,
+                            iteration_token_counts=list(current.load.iteration_token_counts),
+                            iteration_tokens_sum=current.load.iteration_tokens_sum)
 
     async def on_drain(reason: str) -> None:
         log.info("drain commanded by the controller", extra={"reason": reason})

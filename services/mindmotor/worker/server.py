@@ -19,6 +19,7 @@ from grpc_health.v1._async import HealthServicer
 
 from mindmotor.common import rpc
 from mindmotor.common.roles import Role
+from mindmotor.common.tracing import Tracing
 from mindmotor.engine.async_engine import AsyncLLMEngine
 from mindmotor.protocol import worker_pb2, worker_pb2_grpc
 
@@ -48,7 +49,8 @@ async def serve(config: WorkerConfig) -> int:
                             node=config.node, kv_pull_timeout_s=config.kv_pull_timeout_s,
                             role_drain_timeout_s=config.role_drain_timeout_s, specs=specs,
                             stream_keepalive_s=config.stream_keepalive_s,
-                            recall=OutputRecall(config.resume_retention_s))
+                            recall=OutputRecall(config.resume_retention_s),
+                            tracing=Tracing("mindmotor-worker", config.otlp_traces_endpoint))
     metrics.collector.role = lambda: service.role
     shared = None
     if config.kv_shared:
@@ -92,6 +94,7 @@ async def serve(config: WorkerConfig) -> int:
     await specs.pool.close()
     metrics_http.shutdown()
     engine.shutdown()
+    service.tracing.shutdown()
     log.info("worker stopped", extra={"drained": drained, "engine_died": engine_died})
     return 1 if engine_died else 0
 

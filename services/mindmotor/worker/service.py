@@ -33,6 +33,7 @@ import grpc
 
 from mindmotor.common.logging import request_context
 from mindmotor.common.roles import Role
+from mindmotor.common.tracing import Tracing, wall_ns
 from mindmotor.vocabulary import FinishReason, RefusalReason
 from mindmotor.engine.async_engine import KEEPALIVE, AsyncLLMEngine, EngineDeadError, RequestFailed
 from mindmotor.engine.continuation import Continuation
@@ -61,8 +62,9 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                  worker_id: str, model_name: str, role: Role | str = Role.MIXED, node: str = "",
                  kv_pull_timeout_s: float = 5.0, role_drain_timeout_s: float = 30.0,
                  specs: SpecChecker | None = None, stream_keepalive_s: float = 0.0,
-                 recall: OutputRecall | None = None):
+                 recall: OutputRecall | None = None, tracing: Tracing | None = None):
         self.engine = engine
+        self.tracing = tracing or Tracing("mindmotor-worker")     # off unless an endpoint
         self.recall = recall or OutputRecall()   # every call's output, for a coordinator that takes over
         self.specs = specs                # None: specs are compiled by the engine alone (tests, tools)
         self.stream_keepalive_s = stream_keepalive_s
@@ -151,7 +153,11 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                         continue
                     timer.on_tokens(len(out.new_token_ids))
                     record.output_token_ids.extend(out.new_token_ids)
+                    timings = None
                     if out.finished:
+                        timings = timer.timings(out)
+                        if self.tracing.enabled:
+                            self._trace(context, request_id, timer, timings, out)
                         record.finish_reason, record.stop_reason = out.finish_reason or "", out.stop_reason
                         # Before the write: a client that closes the call as soon as it has the last
                         # message may cancel the write, but the request finished, not "cancelled".
@@ -161,7 +167,7 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                             "completion_tokens": out.num_output_tokens,
                             "cached_tokens": out.num_cached_tokens, "ttft_s": timer.ttft_s,
                             "duration_s": timer.elapsed_s})
-                    await context.write(response_from_output(out))
+                    await context.write(response_from_output(out, timings))
         except RequestError as exc:
             finish_reason = None
             self.metrics.refused.labels(reason=RefusalReason.INVALID_ARGUMENT).inc()
@@ -180,6 +186,22 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                 timer.on_finish(finish_reason)
             if finish_reason == FinishReason.CANCELLED:
                 log.info("request cancelled by the client; aborted", extra={"duration_s": timer.elapsed_s})
+
+    def _trace(self, context, request_id: str, timer, timings, out) -> None:
+        """The call's spans, under the caller's traceparent: the call, and its queue, prefill and
+        decode (`RequestTimings`: they tile the call)."""
+        parent = self.tracing.extract(context.invocation_metadata() or ())
+        call = self.tracing.start("mindmotor.worker.generate", parent, timer.started, {
+            "mindmotor.request_id": request_id, "mindmotor.worker_id": self.worker_id,
+            "mindmotor.prompt_tokens": out.num_prompt_tokens, "mindmotor.output_tokens": out.num_output_tokens,
+            "mindmotor.cached_tokens": out.num_cached_tokens, "mindmotor.preemptions": timings.preemptions,
+            "mindmotor.finish_reason": str(out.finish_reason or "")})
+        at = timer.started
+        for name, seconds in (("queue", timings.queued_s), ("prefill", timings.prefill_s),
+                              ("decode", timings.decode_s)):
+            self.tracing.start(f"mindmotor.worker.{name}", call, at).end(wall_ns(at + seconds))
+            at += seconds
+        call.end(wall_ns(at))
 
     # ---- Abort, Status, ModelInfo, Drain ----------------------------------------------------------------
     async def Abort(self, request: pb.AbortRequest, context) -> pb.AbortResponse:

@@ -31,11 +31,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import time
 from dataclasses import dataclass, field
 from typing import AsyncIterator
 
 import grpc
 
+from mindmotor.common.tracing import Tracing
 from mindmotor.protocol import worker_pb2 as pb
 from mindmotor.vocabulary import FailureKind, FinishReason
 from mindmotor.protocol.request_digest import request_digest
@@ -73,6 +75,7 @@ class Piece:
     usage: Usage | None = None                # on the last piece
     prompt_logprobs: list[pb.TokenLogprob] = field(default_factory=list)   # on the first, when asked
     source: tuple[str, str] = ("", "")        # (instance, worker call's request id) that produced it
+    timings: pb.RequestTimings | None = None  # on the last piece: the worker call's phases, when it sent them
 
 
 @dataclass
@@ -112,6 +115,9 @@ class Generation:
         self.route = RouteRequest(request.prompt_token_ids, request.max_new_tokens, lora=request.lora)
         self.source: tuple[str, str] = ("", "")   # the current worker call (instance, request id)
         self._final: Piece | None = None          # resumed after its last token: only the finish is left
+        self.tracing = None                       # common.tracing.Tracing when traces are exported
+        self.trace_parent = None                  # the client's traceparent, extracted
+        self.span = None                          # this choice's span while it runs
 
     @property
     def digest(self) -> bytes:
@@ -136,13 +142,19 @@ class Generation:
         if self._final is not None:
             yield self._final
             return
+        self.timer.begin()
+        if self.tracing is not None:
+            self.span = self.tracing.start("mindmotor.choice", self.trace_parent, self.timer.arrival, {
+                "mindmotor.request_id": req.request_id, "mindmotor.model": req.model,
+                "mindmotor.class": self.timer.slo_class, "mindmotor.priority": req.priority}, clock=time.perf_counter)
         try:
             if not self.produced and split_available(self.router.table, req.model):
                 first = await self._prefill_remotely()
                 if first is not None:
+                    if first.finish_reason is not None:
+                        self._finished(first)       # before the yield: a consumer may stop at the last piece
                     yield first
                     if first.finish_reason is not None:
-                        self.timer.on_finish()
                         return
             while True:
                 instance = self._pick(tried, HANDOFF_ROLES if self.handoff else ORDINARY_ROLES)
@@ -150,16 +162,24 @@ class Generation:
                 self.instances.append(instance.instance_id)
                 try:
                     async for piece in self._attempt(instance):
+                        if piece.finish_reason is not None:
+                            self._finished(piece)   # before the yield: a consumer may stop at the last piece
                         yield piece
                         if piece.finish_reason is not None:
-                            self.timer.on_finish()
                             return
                     raise WorkerFailure("the stream ended before the request finished")
                 except WorkerFailure as failure:
                     self._on_failure(instance, failure)
                 self._drop_handoff()                  # resubmitted: the produced tokens are computed there
         finally:
+            self.timer.end()
             self._drop_handoff()
+            if self.span is not None:
+                self.span.set_attribute("mindmotor.output_tokens", len(self.produced))
+                self.span.end()
+
+    def _finished(self, piece: Piece) -> None:
+        self.timer.on_finish(piece.finish_reason, piece.usage, piece.timings)
 
     def _pick(self, tried: set[str], role_groups) -> InstanceView:
         """An instance of the first role group that has one not yet tried; when every instance has
@@ -295,7 +315,14 @@ class Generation:
         cost = self.route.cost_tokens
         worker_request = self._worker_request()
         self.source = (instance.instance_id, worker_request.request_id)
-        call = self.channels.stub(instance.address).Generate(worker_request)
+        call_span = None
+        if self.span is not None:
+            call_span = self.tracing.start("mindmotor.worker_call", self.span, attributes={
+                "mindmotor.instance_id": instance.instance_id, "mindmotor.worker_request_id": worker_request.request_id})
+            call = self.channels.stub(instance.address).Generate(worker_request, metadata=Tracing.inject(call_span))
+        else:
+            call = self.channels.stub(instance.address).Generate(worker_request)
+        self.timer.on_call()
         watch = self._watch(instance, call)
         self.router.table.begin(instance.instance_id, cost)
         self.metrics.routed.labels(req.model, instance.instance_id).inc()
@@ -333,6 +360,8 @@ class Generation:
             watch.close()
             call.cancel()
             self.router.table.end(instance.instance_id, cost)
+            if call_span is not None:
+                call_span.end()
 
     def _piece(self, response: pb.GenerateResponse | pb.PrefillResponse) -> Piece:
         token_ids = list(response.token_ids)
@@ -348,6 +377,8 @@ class Generation:
             cached = response.usage.cached_tokens if response.HasField("usage") else 0
             piece.usage = Usage(prompt_tokens=prompt, completion_tokens=len(self.produced),
                                 cached_tokens=min(cached, prompt))
+            if isinstance(response, pb.GenerateResponse) and response.HasField("timings"):
+                piece.timings = response.timings
         return piece
 
 

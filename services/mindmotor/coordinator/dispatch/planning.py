@@ -23,7 +23,10 @@ from mindmotor.coordinator.routing.router import NoInstanceAvailable
 from mindmotor.coordinator.openai.sampling import SamplingOptions
 from mindmotor.coordinator.dispatch.resume import HEADER as RESUME_HEADER, stream_marker
 from mindmotor.coordinator.state import Coordinator
-from mindmotor.coordinator.http.errors import TooManyRequests
+from mindmotor.coordinator.http.errors import BadRequest, TooManyRequests
+from mindmotor.coordinator.slo_classes import HEADER as CLASS_HEADER, ClassError, resolve
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 from mindmotor.sandbox.spec_check import SpecsBusy
 
 
@@ -40,12 +43,14 @@ async def generate(c: Coordinator, request: Request, request_id: str, model: Ser
                    include_usage: bool) -> Response:
     arrival = time.perf_counter()
     check_n(c, len(prompts), n)
+    slo_class, priority = request_class(c, request, priority)
     max_new = [resolve_max_tokens(len(p.token_ids), sampling.max_tokens, model.max_model_len, sampling.min_tokens)
                for p in prompts]
     await check_structured(c, sampling)
     if not c.table.has_routable(model.name):
         raise NoInstanceAvailable(model.name)
     generations, prompt_indices = [], []
+    trace_parent = c.tracing.extract(request.headers) if c.tracing.enabled else None
     for p_index, prompt in enumerate(prompts):
         c.metrics.prompt_tokens.labels(model.name).inc(len(prompt.token_ids))
         for j in range(n):
@@ -55,18 +60,33 @@ async def generate(c: Coordinator, request: Request, request_id: str, model: Ser
                                     max_new_tokens=max_new[p_index], priority=priority, versions=model.versions,
                                     lora=model.lora)
             generations.append(Generation(req, c.router, c.channels, c.metrics,
-                                          ChoiceTimer(c.metrics, model.name, arrival), c.settings.max_retry,
+                                          ChoiceTimer(c.metrics, model.name, arrival, slo_class,
+                                                      c.settings.slo_classes[slo_class]), c.settings.max_retry,
                                           c.settings.prefill_timeout_s, retry_after_s=c.settings.retry_after_s,
                                           guard=c.guard))
+            if c.tracing.enabled:
+                generations[-1].tracing, generations[-1].trace_parent = c.tracing, trace_parent
             prompt_indices.append(p_index)
     marker = None
     if stream:
         marker = await stream_marker(request.headers.get(RESUME_HEADER), generations, fmt, c.resume_key, c.table,
                                      c.channels, c.metrics)
     running = [i for i in range(len(generations)) if not (marker and marker.resumed and marker.marks.choices[i].finished)]
-    ticket = c.admission.admit(model.name, len(running))
+    ticket = await c.admission.acquire(model.name, len(running), slo_class, getattr(request.state, "caller", "") or "")
     return await respond(request, ChoiceSet([generations[i] for i in running], running), prompt_indices, fmt, stream,
                          include_usage, ticket, c.metrics, model.name, c.in_flight, marker)
+
+
+def request_class(c: Coordinator, request: Request, priority: int) -> tuple[str, int]:
+    """The request's SLO class (its API key's, or X-MindMotor-Class: slo_classes.py) and the engine
+    priority it runs at: the class's plus the request's own (vLLM's `priority`, default 0)."""
+    s = c.settings
+    try:
+        name = resolve(s.slo_classes, s.default_class, s.class_by_key, getattr(request.state, "caller", None),
+                       request.headers.get(CLASS_HEADER))
+    except ClassError as exc:
+        raise BadRequest(str(exc), code="invalid_class", param="X-MindMotor-Class") from None
+    return name, max(INT32_MIN, min(INT32_MAX, priority + s.slo_classes[name].priority))
 
 
 async def check_structured(c: Coordinator, sampling: SamplingOptions) -> None:

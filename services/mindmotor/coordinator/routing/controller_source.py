@@ -28,7 +28,8 @@ def view_from_info(info: controller_pb2.InstanceInfo) -> InstanceView:
         healthy=info.routable, state=info.state, weight=info.weight if info.weight > 0 else 1.0,   # proto: 0 means 1
         deployment=info.deployment, version=info.version, max_model_len=info.max_model_len,
         block_size=info.block_size or 16, running=info.load.running, waiting=info.load.waiting,
-        kv_usage=info.load.kv_usage)
+        kv_usage=info.load.kv_usage, iteration_token_counts=tuple(info.load.iteration_token_counts),
+        iteration_tokens_sum=info.load.iteration_tokens_sum)
 
 
 def traffic_from_table(routing_table: controller_pb2.RoutingTable) -> dict[str, dict[str, float]]:

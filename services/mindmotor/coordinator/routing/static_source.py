@@ -28,7 +28,9 @@ def view_from_status(entry: WorkerEntry, status: pb.StatusResponse) -> InstanceV
         instance_id=entry.address, address=entry.address, model=status.model, role=Role.from_proto(status.role, Role.MIXED),
         healthy=status.state == WorkerState.SERVING, state=status.state, weight=entry.weight, deployment=entry.deployment,
         version=entry.version, max_model_len=status.max_model_len, block_size=status.block_size or 16,
-        running=status.load.running, waiting=status.load.waiting, kv_usage=status.load.kv_usage)
+        running=status.load.running, waiting=status.load.waiting, kv_usage=status.load.kv_usage,
+        iteration_token_counts=tuple(status.load.iteration_token_counts),
+        iteration_tokens_sum=status.load.iteration_tokens_sum)
 
 
 class StaticWorkerSource:

@@ -49,6 +49,8 @@ class InstanceView:
     running: int = 0                     # as the instance last reported
     waiting: int = 0
     kv_usage: float = 0.0
+    iteration_token_counts: tuple[int, ...] = ()   # vLLM's iteration_tokens_total, as last reported
+    iteration_tokens_sum: float = 0.0
     outstanding_tokens: int = 0          # filled in by the table: this coordinator's in-flight tokens
     in_flight: int = 0                   # ... and requests
 

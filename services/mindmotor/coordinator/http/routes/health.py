@@ -68,5 +68,5 @@ async def version():
 async def metrics(c: CoordinatorDep):
     for name in c.catalog.names():
         c.metrics.instances.labels(name).set(sum(1 for v in c.table.candidates(name)))
-        c.metrics.vllm_running.labels(name).set(c.admission.outstanding.get(name, 0))
+    c.metrics.refresh_engines(c.table.models())
     return Response(c.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")

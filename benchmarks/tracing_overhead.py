@@ -1,0 +1,141 @@
+"""What tracing costs: the request rate of a coordinator + worker pair exporting every request's
+spans (100 % sampling: a span per choice and per worker call at the coordinator; the call, queue,
+prefill and decode at the worker) over OTLP/HTTP, against an identical pair with tracing off.
+
+Both pairs run at once (a `--timing virtual` worker with a tiny random-weight model, so its time is
+host time; the coordinator as `mindmotor coordinator`); a closed-loop client (C keep-alive
+connections, `max_tokens` 4, non-streaming) drives one pair, then the other, alternating for
+`--rounds` rounds so both see the same background load. The OTLP receiver is an HTTP server in
+this process that decodes every export (it shares the client's CPU). `throughput_ratio` =
+median(rate with tracing) / median(rate without); goal ≥ 0.90. On a shared host the rate swings
+with other load, so the pair's CPU seconds per request (coordinator + worker, from /proc) are
+reported too: `cpu_throughput_ratio` = CPU per request without / with tracing, the rate ratio a
+CPU-bound pair would see. `spans_received` checks the traced
+pair really exported (6 spans per request, warmups included; `measured_requests_traced` counts only
+the measured ones).
+
+    .venv/bin/python benchmarks/tracing_overhead.py --quick      # < 1 min
+
+Progress on stderr; ONE JSON object on the last line of stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from benchmarks.coordinator_overhead import (Server, closed_loop, completion_body, coordinator_args,  # noqa: E402
+                                             tiny_model)
+
+
+def log(msg: str) -> None:
+    print(f"[tracing_overhead] {msg}", file=sys.stderr, flush=True)
+
+
+class Receiver:
+    """An OTLP/HTTP traces receiver counting the spans it decodes."""
+
+    def __init__(self):
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+        self.spans = 0
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                request = ExportTraceServiceRequest.FromString(self.rfile.read(int(self.headers["Content-Length"])))
+                receiver.spans += sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def start_pair(model_dir: str, name: str, log_dir: Path, endpoint: str | None) -> list[Server]:
+    tracing = ["--otlp-traces-endpoint", endpoint] if endpoint else []
+    worker = Server("worker", ["worker", "--model", model_dir, "--host", "127.0.0.1", "--port", "0",
+                               "--metrics-port", "0", "--timing", "virtual", *tracing],
+                    "MINDMOTOR_WORKER_READY", log_dir / f"worker-{name}.log")
+    worker.wait_ready()
+    coordinator = Server("coordinator", ["coordinator", *coordinator_args(worker.port, Path(model_dir).name, model_dir),
+                                         *tracing],
+                         "MINDMOTOR_COORDINATOR_READY", log_dir / f"coordinator-{name}.log")
+    coordinator.wait_ready()
+    return [worker, coordinator]
+
+
+def run(args) -> dict:
+    receiver = Receiver()
+    rounds = args.rounds or (3 if args.quick else 6)
+    duration, warmup = (2.0, 0.5) if args.quick else (5.0, 1.0)
+    with tempfile.TemporaryDirectory(prefix="tracing-overhead-") as tmp:
+        tmp_path = Path(tmp)
+        model_dir = tiny_model(tmp_path / "model")
+        body = completion_body(Path(model_dir).name, 4)
+        pairs = {}
+        try:
+            pairs["off"] = start_pair(model_dir, "off", tmp_path, None)
+            pairs["on"] = start_pair(model_dir, "on", tmp_path, receiver.url)
+            rates: dict[str, list[float]] = {"off": [], "on": []}
+            cpu_ms: dict[str, list[float]] = {"off": [], "on": []}     # the pair's CPU per request
+            requests_on = 0
+            for i in range(rounds):
+                for name in ("off", "on") if i % 2 == 0 else ("on", "off"):
+                    cpu_before = sum(s.cpu_s() for s in pairs[name])
+                    result = asyncio.run(closed_loop(pairs[name][1].port, "/v1/completions", body, args.concurrency,
+                                                     duration, warmup))
+                    cpu = sum(s.cpu_s() for s in pairs[name]) - cpu_before
+                    rates[name].append(result["rps"])
+                    # the warmup ran at about the measured rate: its requests are in the CPU too
+                    cpu_ms[name].append(1000 * cpu / max(1.0, result["rps"] * (duration + warmup)))
+                    if name == "on":
+                        requests_on += result["requests"]
+                    log(f"round {i} {name}: {result['rps']:.1f} req/s, p99 {result['p99_ms']:.1f} ms, "
+                        f"errors {result['errors']}")
+            time.sleep(1.0)                     # the last batches (exported every 5 s at most; shutdown flushes)
+        finally:
+            for servers in pairs.values():
+                for s in reversed(servers):            # SIGTERM: the traced ones flush their last spans
+                    s.stop()
+        receiver.server.shutdown()
+    off, on = statistics.median(rates["off"]), statistics.median(rates["on"])
+    cpu_off, cpu_on = statistics.median(cpu_ms["off"]), statistics.median(cpu_ms["on"])
+    return {"throughput_ratio": round(on / off, 3), "rps_tracing_off": round(off, 1), "rps_tracing_on": round(on, 1),
+            "cpu_ms_per_request_off": round(cpu_off, 2), "cpu_ms_per_request_on": round(cpu_on, 2),
+            "cpu_throughput_ratio": round(cpu_off / cpu_on, 3), "loadavg_at_end": list(os.getloadavg()),
+            "rounds": rounds, "concurrency": args.concurrency, "spans_received": receiver.spans,
+            "measured_requests_traced": requests_on,     # (warmup requests are traced too, not counted)
+            "rates": {k: [round(x, 1) for x in v] for k, v in rates.items()}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--concurrency", type=int, default=16)
+    args = parser.parse_args(argv)
+    print(json.dumps(run(args)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

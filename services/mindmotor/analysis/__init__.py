@@ -1,0 +1,1 @@
+"""Operators' analyses of a running platform, read from what it exports (`mindmotor analyze`)."""
