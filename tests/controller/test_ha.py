@@ -48,8 +48,9 @@ async def test_restart_recovers_the_registry(spawn_controller, make_instance, ma
     started = time.monotonic()
 
     records = restarted.instances()
-    assert records["a"]["deployment"] == "d" and records["a"]["state"] == "ready"   # state kept
-    assert records["b"]["state"] == "ready"       # not declared dead at once: a full timeout first
+    # state kept (a heartbeat late on a loaded host may already have made one suspect, never dead)
+    assert records["a"]["deployment"] == "d" and records["a"]["state"] in ("ready", "suspect")
+    assert records["b"]["state"] in ("ready", "suspect")   # not declared dead at once: a full timeout first
     await eventually(restarted.is_leader, timeout=LEASE_S * 2 + SLACK)   # the killed one's lease expires
 
     await watcher.wait_for(lambda t: t.controller_id != "" and state_of(t, "b") is None, timeout=DEAD_S * 2 + SLACK)
