@@ -44,8 +44,8 @@ async def test_restart_recovers_the_registry(spawn_controller, make_instance, ma
         await eventually(lambda: silent_longer_than_dead_timeout(store, "b"), timeout=DEAD_S + SLACK)
     finally:
         await store.close()
+    started = time.monotonic()                    # before: its dead timeout runs from its own start
     restarted = spawn_controller(port=port, redis_prefix=redis_prefix)   # same address: clients reconnect
-    started = time.monotonic()
 
     records = restarted.instances()
     # state kept (a heartbeat late on a loaded host may already have made one suspect, never dead)

@@ -31,8 +31,8 @@ def controller_metric(ctrl, name: str) -> float:
 
 # The table-survives tests judge every table sent after the reset: a heartbeat late on a loaded host
 # (the fast timings suspect an instance after 0.6 s) would take an instance out of one for a reason
-# that is not the reset's. Suspicion after 15 misses (3 s) keeps them about the reset.
-PATIENT = {"--suspect-misses": "15"}
+# that is not the reset's. Suspicion after 15 misses (3 s; dead after 6 s) keeps them about the reset.
+PATIENT = {"--suspect-misses": "15", "--dead-after": "6"}
 
 
 def stored_states(ctrl) -> dict[str, str]:
