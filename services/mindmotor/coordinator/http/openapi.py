@@ -172,6 +172,7 @@ def _error(description: str, model: type[BaseModel] = ErrorResponse) -> dict:
 ERROR_DESCRIPTIONS = {
     400: "invalid request: a field named in `error.param`",
     401: "missing or wrong API key (when keys are configured)",
+    403: "an admin route on a coordinator without an admin token",
     404: "unknown model, route or stored response",
     413: "request body over the size limit",
     429: "rate limit or admission queue full (Retry-After)",
@@ -179,9 +180,13 @@ ERROR_DESCRIPTIONS = {
 }
 
 
+API_ERRORS = (400, 401, 404, 413, 429, 503)       # what any API route may answer
+
+
 def api_errors(*statuses: int, model: type[BaseModel] = ErrorResponse) -> dict[int, dict]:
-    """The `responses` of a route: its error statuses, in OpenAI's shape (or `model`'s)."""
-    return {s: _error(ERROR_DESCRIPTIONS[s], model) for s in statuses or ERROR_DESCRIPTIONS}
+    """The `responses` of a route: its error statuses (default: `API_ERRORS`), in OpenAI's shape (or
+    `model`'s)."""
+    return {s: _error(ERROR_DESCRIPTIONS[s], model) for s in statuses or API_ERRORS}
 
 
 # one server-sent event: `data` JSON text (or `[DONE]`), `event` its type where the API names them

@@ -17,6 +17,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from mindmotor.coordinator.http.errors import APIError, BadRequest, Unauthorized
+from mindmotor.coordinator.http.openapi import API_ERRORS, api_errors
 from mindmotor.coordinator.state import Coordinator, CoordinatorDep
 
 router = APIRouter()
@@ -52,7 +53,10 @@ def check_admin(c: Coordinator, request: Request) -> None:
                            code="invalid_admin_token")
 
 
-@router.post("/v1/load_lora_adapter")
+ADMIN_ERRORS = api_errors(*API_ERRORS, 403)
+
+
+@router.post("/v1/load_lora_adapter", responses=ADMIN_ERRORS)
 async def load_lora_adapter(body: LoadLoraAdapter, request: Request, c: CoordinatorDep):
     check_admin(c, request)
     names = c.catalog.names()
@@ -69,7 +73,7 @@ async def load_lora_adapter(body: LoadLoraAdapter, request: Request, c: Coordina
     return {"object": "lora_adapter", "lora_name": body.lora_name, "parent": base, "instances": len(loaded)}
 
 
-@router.post("/v1/unload_lora_adapter")
+@router.post("/v1/unload_lora_adapter", responses=ADMIN_ERRORS)
 async def unload_lora_adapter(body: UnloadLoraAdapter, request: Request, c: CoordinatorDep):
     check_admin(c, request)
     done = await c.adapters.unload(body.lora_name)
