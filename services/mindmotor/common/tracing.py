@@ -12,6 +12,7 @@ from contextlib import contextmanager, nullcontext
 
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
+EXPORT_TIMEOUT_S = 10.0          # one OTLP export to the collector (the exporter's own default, made explicit)
 
 
 def wall_ns(reading: float, clock=time.monotonic) -> int:
@@ -53,7 +54,7 @@ class Tracing:
         if endpoint.rstrip("/").count("/") == 2:          # host only: OTLP/HTTP's traces path
             endpoint = endpoint.rstrip("/") + "/v1/traces"
         self._provider = TracerProvider(resource=Resource.create({"service.name": service}))
-        self._provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
+        self._provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint, timeout=EXPORT_TIMEOUT_S)))
         self._tracer = self._provider.get_tracer("mindmotor")
 
     @staticmethod

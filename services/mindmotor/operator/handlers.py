@@ -37,6 +37,9 @@ def settings() -> kopf.OperatorSettings:
     config.execution.default_backoff = 5          # a handler that raised runs again after 5 s (kopf: 60)
     config.scanning.disabled = True               # no watch on CRDs and namespaces: only the ones given
     config.watching.server_timeout = 300          # the API server ends a watch after this; kopf opens the next
+    config.watching.client_timeout = 330          # ... and this side gives up a watch that outlives it
+    config.networking.connect_timeout = 10        # every call to the API server is bounded
+    config.networking.request_timeout = 30
     return config
 
 

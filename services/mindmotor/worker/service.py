@@ -24,6 +24,7 @@ checkpoint directory's name.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from contextlib import aclosing
@@ -306,14 +307,16 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
 
     # ---- LoRA adapters --------------------------------------------------------------------------
     async def LoadLoraAdapter(self, request: pb.LoadLoraAdapterRequest, context) -> pb.LoraAdapters:
-        """Read and check the adapter on the engine thread (it changes the engine's adapters)."""
+        """Read and check the adapter on a thread of its own: the engine's steps go on meanwhile (the
+        adapters' table is locked for the registration alone, as for requests validated off the engine
+        thread: engine/lora_slots.py)."""
         if not request.lora_name or not request.lora_path:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "lora_name and lora_path are required")
         if not self.engine.engine.config.enable_lora:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                                 "LoRA adapters are not enabled on this worker (start it with --enable-lora)")
         try:
-            await self.engine.run_on_engine(lambda e: e.add_lora(request.lora_name, request.lora_path))
+            await asyncio.to_thread(self.engine.engine.add_lora, request.lora_name, request.lora_path)
         except ValueError as exc:            # the adapter's reason (model.lora.AdapterError)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"cannot serve LoRA adapter "
                                                                   f"{request.lora_name!r}: {exc}")
