@@ -4,13 +4,19 @@ A step's tokens are laid out flat: first one token for each decoding sequence, t
 of each prefill chunk. Decodes are computed together (one gather of their blocks); each prefill chunk
 attends to its cached prefix plus itself, causally.
 
+What does not depend on the layer is computed once per step and reused by every layer
+(`AttentionMetadata.decode_plan`): the decodes' block-table slice and their key mask per window.
+The per-layer gather is `np.take` along the block axis (a third of the cost of fancy indexing at
+256 decodes: no index broadcasting, one contiguous copy per block); numpy has no way to multiply
+through an index without that copy (docs/benchmarks.md, host overhead).
+
 A sliding window `w` (Mistral, Qwen2/3 sliding layers) limits each query at position i to the keys
 at positions j with i − w < j ≤ i, as transformers' sliding-window mask does.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -24,10 +30,29 @@ class AttentionMetadata:
     context_lens: np.ndarray     # [num_seqs] int64: tokens in the cache after this step, new ones included
     block_tables: np.ndarray     # [num_seqs, max_blocks] int64, padded with 0
     num_decodes: int             # the first num_decodes sequences have exactly one new token
+    _plans: dict = field(default_factory=dict, repr=False, compare=False)   # per-step, shared by layers
 
     @property
     def num_seqs(self) -> int:
         return len(self.context_lens)
+
+    def decode_plan(self, block_size: int, window: int | None) -> tuple[np.ndarray, np.ndarray]:
+        """The decodes' block tables cut to their longest context, and the additive key mask
+        (0 or -inf, [num_decodes, 1, 1, keys]) for `window` — computed by the first layer that
+        asks, reused by the others."""
+        plan = self._plans.get(window)
+        if plan is None:
+            nd = self.num_decodes
+            context_lens = self.context_lens[:nd]
+            max_blocks = -(-int(context_lens.max()) // block_size)
+            tables = np.ascontiguousarray(self.block_tables[:nd, :max_blocks])
+            key_pos = np.arange(max_blocks * block_size)[None, :]
+            beyond = key_pos >= context_lens[:, None]                      # [B, T]
+            if window is not None:                                         # the query sits at context_len - 1
+                beyond |= key_pos <= (context_lens[:, None] - 1 - window)
+            bias = np.where(beyond, np.float32(-np.inf), np.float32(0.0))[:, None, None, :]
+            plan = self._plans[window] = (tables, bias)
+        return plan
 
 
 def write_kv(cache: PagedKVCache, layer: int, slots: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
@@ -44,8 +69,8 @@ def paged_attention(q: np.ndarray, cache: PagedKVCache, layer: int, meta: Attent
     out = np.empty_like(q)
     nd = meta.num_decodes
     if nd:
-        out[:nd] = _decode_attention(q[:nd], cache, layer, meta.block_tables[:nd], meta.context_lens[:nd],
-                                     window)
+        tables, bias = meta.decode_plan(cache.block_size, window)
+        out[:nd] = _decode_attention(q[:nd], cache, layer, tables, bias)
     for s in range(nd, meta.num_seqs):
         start, end = meta.query_start_loc[s], meta.query_start_loc[s + 1]
         out[start:end] = _prefill_attention(q[start:end], cache, layer, meta.block_tables[s],
@@ -55,25 +80,21 @@ def paged_attention(q: np.ndarray, cache: PagedKVCache, layer: int, meta: Attent
 
 def _gather(cache: PagedKVCache, layer: int, block_table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """[..., num_blocks] block ids → K, V of [..., num_blocks·block_size, n_kv, head_dim]."""
-    k = cache.k[layer][block_table]
-    v = cache.v[layer][block_table]
+    k = np.take(cache.k[layer], block_table, axis=0)
+    v = np.take(cache.v[layer], block_table, axis=0)
     shape = block_table.shape[:-1] + (-1, cache.num_kv_heads, cache.head_dim)
     return k.reshape(shape), v.reshape(shape)
 
 
-def _decode_attention(q, cache, layer, block_tables, context_lens, window=None):
+def _decode_attention(q, cache, layer, block_tables, bias):
+    """`block_tables`, `bias`: the step's `AttentionMetadata.decode_plan` for this layer's window."""
     num_seqs, n_heads, head_dim = q.shape
     n_kv = cache.num_kv_heads
-    max_blocks = -(-int(context_lens.max()) // cache.block_size)
-    k, v = _gather(cache, layer, block_tables[:, :max_blocks])    # [B, T, n_kv, hd]
+    k, v = _gather(cache, layer, block_tables)                     # [B, T, n_kv, hd]
     qg = q.reshape(num_seqs, n_kv, n_heads // n_kv, head_dim)     # [B, n_kv, group, hd]
     scores = qg @ k.transpose(0, 2, 3, 1)                          # [B, n_kv, group, T]
     scores *= 1.0 / np.sqrt(head_dim)
-    key_pos = np.arange(k.shape[1])[None, :]
-    beyond = key_pos >= context_lens[:, None]                      # [B, T]
-    if window is not None:                                         # the query sits at context_len - 1
-        beyond |= key_pos <= (context_lens[:, None] - 1 - window)
-    scores += np.where(beyond, -np.inf, 0.0).astype(scores.dtype)[:, None, None, :]
+    scores += bias
     probs = _softmax(scores)
     out = probs @ v.transpose(0, 2, 1, 3)                          # [B, n_kv, group, hd]
     return out.reshape(num_seqs, n_heads, head_dim)
