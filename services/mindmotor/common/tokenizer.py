@@ -261,6 +261,16 @@ class IncrementalDetokenizer:
         self.text += delta
         return delta
 
+    def add_one(self, token: int) -> str:
+        """`add([token])`, without the list (once per sampled token of every sequence)."""
+        token = int(token)
+        self.ids.append(token)
+        chunk = self._stream.step(self.tokenizer.hf, token)
+        if chunk:
+            self.text += chunk
+            return chunk
+        return ""
+
     def flush(self) -> str:
         """At the end of a sequence: emit whatever was held back (an incomplete character)."""
         full = self.tokenizer.decode(self.ids, skip_special_tokens=self.skip_special_tokens)

@@ -711,28 +711,47 @@ class LLMEngine:
 
     def _postprocess(self, sched, sampling, tokens, logprobs, errors=None) -> list[RequestOutput]:
         """Account for the step's computed tokens, then each sampled token; `errors`: the rows
-        whose sampling raised (their requests fail). Returns the step's outputs."""
+        whose sampling raised (their requests fail). Returns the step's outputs.
+
+        One pass over the rows with everything that is the same for all of them looked up once; a
+        row with nothing special (no grammar, not prefill-only) goes through the stop rules and its
+        output without a further call (`_on_sampled` is the general case)."""
         errors = errors or {}
-        self._step_outputs = []
+        self._step_outputs = outs = []
         bm = self.block_manager
+        window = self.sliding_window
         for s in sched.scheduled:
-            if s.seq.num_computed_tokens < s.seq.num_prompt_tokens:
-                self.prompt_tokens += min(s.num_new_tokens, s.seq.num_prompt_tokens - s.seq.num_computed_tokens)
-            s.seq.num_computed_tokens += s.num_new_tokens
-            bm.cache_blocks(s.seq)
-            if self.sliding_window and not s.seq.prefill_only:   # a pinned prefill's KV is sent whole
-                bm.release_out_of_window(s.seq, self.sliding_window)
+            seq = s.seq
+            computed, n_prompt = seq.num_computed_tokens, len(seq.prompt_token_ids)
+            if computed < n_prompt:
+                self.prompt_tokens += min(s.num_new_tokens, n_prompt - computed)
+            seq.num_computed_tokens = computed + s.num_new_tokens
+            bm.cache_blocks(seq)
+            if window and not seq.prefill_only:   # a pinned prefill's KV is sent whole
+                bm.release_out_of_window(seq, window)
         now = self.clock()
+        on_token, make_output = self.outputs.on_token, self.outputs.make_output
+        finish, requests = self.scheduler.finish, self.requests
         for i, (s, token, lp) in enumerate(zip(sampling, tokens, logprobs)):
             seq = s.seq
-            if i in errors:
+            if errors and i in errors:
                 self._fail_request(seq, errors[i])
                 continue
             try:
-                self._on_sampled(seq, token, lp, now)
+                if seq.matcher is not None or seq.prefill_only or seq.wants_prompt_logprobs:
+                    self._on_sampled(seq, token, lp, now)
+                    continue
+                if seq.first_token_time is None:
+                    seq.first_token_time = now
+                self.generation_tokens += 1
+                finished = on_token(seq, token)
+                if finished is not None:
+                    finish(seq, finished)
+                    requests.pop(seq.request_id, None)
+                outs.append(make_output(seq, [token], [lp] if lp is not None else []))
             except Exception as exc:  # noqa: BLE001 - this request fails alone
                 self._fail_request(seq, exc)
-        return self._step_outputs
+        return outs
 
     def _on_sampled(self, seq: Sequence, token: int, lp, now: float) -> None:
         if seq.first_token_time is None:

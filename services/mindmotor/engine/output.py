@@ -71,25 +71,29 @@ class OutputProcessor:
         self._emitted[seq.request_id] = sent_chars
 
     def on_token(self, seq: Sequence, token: int) -> SequenceStatus | None:
-        """Append `token` to `seq`; return the finished status if it ends the sequence."""
-        seq.output_token_ids.append(token)
+        """Append `token` to `seq`; return the finished status if it ends the sequence. (Called
+        once per sampled token: the checks read each field once, in the order of the rules.)"""
+        out_ids = seq.output_token_ids
+        out_ids.append(token)
         p = seq.params
-        n_out = seq.num_output_tokens
-        if n_out >= p.min_tokens:
+        n_out = len(out_ids)
+        past_min = n_out >= p.min_tokens
+        if past_min:
             if token in self.eos_token_ids and not p.ignore_eos:
                 return SequenceStatus.FINISHED_STOPPED
-            if token in p.stop_token_ids:
+            if p.stop_token_ids and token in p.stop_token_ids:
                 seq.stop_reason = token
                 return SequenceStatus.FINISHED_STOPPED
         detok = self._detok.get(seq.request_id)
-        delta = detok.add([token]) if detok is not None else ""
-        if delta:
-            seq.output_text += delta
-            if p.stop and n_out >= p.min_tokens and self._match_stop_string(seq, len(delta)):
-                return SequenceStatus.FINISHED_STOPPED
+        if detok is not None:
+            delta = detok.add_one(token)
+            if delta:
+                seq.output_text += delta
+                if p.stop and past_min and self._match_stop_string(seq, len(delta)):
+                    return SequenceStatus.FINISHED_STOPPED
         if p.max_tokens is not None and n_out >= p.max_tokens:
             return SequenceStatus.FINISHED_LENGTH
-        if seq.num_tokens >= seq.max_total_tokens:
+        if len(seq.prompt_token_ids) + n_out >= seq.max_total_tokens:
             return SequenceStatus.FINISHED_LENGTH
         return None
 
@@ -107,6 +111,20 @@ class OutputProcessor:
 
     def make_output(self, seq: Sequence, new_tokens: list[int], new_logprobs: list) -> RequestOutput:
         rid, status = seq.request_id, seq.status
+        if status is SequenceStatus.RUNNING:          # the common case, in a step of many
+            stop = seq.params.stop
+            text = seq.output_text
+            visible = len(text) - (max(len(s) for s in stop) - 1 if stop else 0)
+            sent = self._emitted.get(rid, 0)
+            if visible > sent:
+                self._emitted[rid] = visible
+                new_text = text[sent:visible]
+            else:
+                new_text = ""
+            return RequestOutput(request_id=rid, new_token_ids=new_tokens, new_text=new_text, finished=False,
+                                 stop_reason=seq.stop_reason, num_prompt_tokens=len(seq.prompt_token_ids),
+                                 num_output_tokens=len(seq.output_token_ids),
+                                 num_cached_tokens=seq.num_cached_tokens, new_logprobs=new_logprobs)
         finished = status.finished
         # a request that continues elsewhere keeps its hold-back (stop strings, partial characters)
         final = finished and not status.continues_elsewhere

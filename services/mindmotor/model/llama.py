@@ -29,7 +29,12 @@ def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
 
 
 def silu(x: np.ndarray) -> np.ndarray:
-    return x / (1.0 + np.exp(-x))
+    """x / (1 + exp(-x)), the same operations in one buffer (no temporaries)."""
+    t = np.negative(x)
+    np.exp(t, out=t)
+    t += 1.0
+    np.divide(x, t, out=t)
+    return t
 
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
@@ -145,7 +150,8 @@ class LlamaModel:
         if lora is not None:
             lora.apply(i, "gate_up", h, gate_up)
         inter = self.config.intermediate_size
-        inner = self.act(gate_up[:, :inter]) * gate_up[:, inter:]
+        inner = self.act(gate_up[:, :inter])
+        inner *= gate_up[:, inter:]
         out = inner @ layer.down
         if lora is not None:
             lora.apply(i, "down", inner, out)
