@@ -13,6 +13,12 @@
     realtime mode the step would then wait out the rest of the emulated time; a ratio above 1 is
     lag). Per batch size the median over the measured steps is the figure; mean and p90 are
     reported as well.
+(d) `step_profile_256`: where a decode step of 256 sequences goes, part by part (`_Profile`):
+    thread CPU time and wall time per step of the scheduler, the input preparation, the model's
+    pieces (the attention's KV gather and the rest of it, q/k/v with RoPE, o, the MLP, the
+    norms, the KV writes, the rest of the forward: embedding, residuals, LM head), the sampler,
+    the postprocess and the rest of `step()`. CPU time is the figure that does not depend on what
+    else the machine runs.
 (c) The bound, per batch size, measured in the same run right after each step (same load): the
     numpy work no host implementation of the step can skip — the step's dense matmuls (q/k/v, o,
     gate/up, down per layer, the LM head) and the decode attention's two batched matmuls over K/V
@@ -175,6 +181,101 @@ class _Floor:
         return time.perf_counter() - t
 
 
+class _Profile:
+    """Wraps functions (an attribute of a module or an instance) with CPU and wall timers;
+    `exclusive` names the parts nested in a wrapped one, subtracted from it."""
+
+    def __init__(self):
+        self.cpu: dict[str, float] = {}
+        self.wall: dict[str, float] = {}
+        self._undo: list = []
+
+    def wrap(self, owner, attr: str, name: str) -> None:
+        inner = getattr(owner, attr)
+        self.cpu[name] = self.wall[name] = 0.0
+
+        def timed(*a, **kw):
+            c, w = time.thread_time(), time.perf_counter()
+            try:
+                return inner(*a, **kw)
+            finally:
+                self.cpu[name] += time.thread_time() - c
+                self.wall[name] += time.perf_counter() - w
+        setattr(owner, attr, timed)
+        self._undo.append((owner, attr, inner, isinstance(owner, type) or hasattr(owner, "__file__")))
+
+    def restore(self) -> None:
+        for owner, attr, inner, module in reversed(self._undo):
+            if module:
+                setattr(owner, attr, inner)
+            else:
+                delattr(owner, attr)                  # the instance's wrapper hid the class method
+
+    def reset(self) -> None:
+        for d in (self.cpu, self.wall):
+            for k in d:
+                d[k] = 0.0
+
+
+def step_profile(model_dir: str, batch: int = 256, seed: int = 0, prompt_len: int = 128, steps: int = 10,
+                 warmup: int = 3) -> dict:
+    """Per-step CPU and wall milliseconds of each part of a decode step at `batch` sequences."""
+    from mindmotor.model import attention, llama
+    engine = _engine(model_dir, seed)
+    prefill_steps = -(-batch * prompt_len // engine.config.max_num_batched_tokens)
+    _add_decoders(engine, batch, prompt_len, max_tokens=warmup + steps + 4 + prefill_steps, seed=seed)
+    while not _all_decoding(engine):
+        engine.step()
+    prof = _Profile()
+    model = engine.model
+    prof.wrap(engine, "step", "step")
+    prof.wrap(engine.scheduler, "schedule", "schedule")
+    prof.wrap(engine.runner, "prepare", "prepare")
+    prof.wrap(model, "forward", "forward")
+    prof.wrap(llama, "paged_attention", "attention")
+    prof.wrap(attention, "_gather", "attention_kv_gather")
+    prof.wrap(llama, "write_kv", "kv_write")
+    prof.wrap(llama, "rms_norm", "rms_norms")
+    prof.wrap(model, "_qkv", "qkv_rope")
+    prof.wrap(model, "_out", "o_proj")
+    prof.wrap(model, "_mlp", "mlp")
+    prof.wrap(engine.sampler, "sample", "sample")
+    prof.wrap(engine, "_postprocess", "postprocess")
+    try:
+        for i in range(warmup + steps):
+            if i == warmup:
+                prof.reset()
+            outs = engine.step()
+            assert len(outs) == batch, f"expected a decode step of {batch}, got {len(outs)}"
+    finally:
+        prof.restore()
+    out = {}
+    for kind, d in (("cpu_ms", prof.cpu), ("wall_ms", prof.wall)):
+        ms = {k: v * 1e3 / steps for k, v in d.items()}
+        # rms_norm is also called for q/k norms inside _qkv (Qwen3); not in this model
+        parts = {
+            "schedule": ms["schedule"],
+            "prepare": ms["prepare"],
+            "attention_kv_gather": ms["attention_kv_gather"],
+            "attention_rest": ms["attention"] - ms["attention_kv_gather"],
+            "qkv_rope": ms["qkv_rope"],
+            "o_proj": ms["o_proj"],
+            "mlp": ms["mlp"],
+            "rms_norms": ms["rms_norms"],
+            "kv_write": ms["kv_write"],
+            "forward_rest": ms["forward"] - sum(ms[k] for k in ("attention", "qkv_rope", "o_proj", "mlp",
+                                                                 "rms_norms", "kv_write")),
+            "sample": ms["sample"],
+            "postprocess": ms["postprocess"],
+        }
+        parts["step_rest"] = ms["step"] - sum(parts.values())
+        parts["step"] = ms["step"]
+        out[kind] = {k: r4(v) for k, v in parts.items()}
+    out["batch"] = batch
+    out["steps_measured"] = steps
+    return out
+
+
 def step_ratio(model_dir: str, batch: int, seed: int = 0, prompt_len: int = 128, steps: int = 30,
                warmup: int = 3) -> dict:
     """Host / emulated time of whole decode steps at `batch` sequences, and after each step the
@@ -236,6 +337,9 @@ def run(seed: int = 0, model: str | None = None, prompt_len: int = 128, sched_st
             f"{row['emulated_ms']:.2f} ms -> {row['ratio_p50']:.3f}; bound {row['floor_ms_p50']:.2f} ms "
             f"-> {row['floor_over_emulated']:.3f}")
         b *= 2
+    log(f"[host_overhead] profile of a decode step at {num_seqs} sequences ...")
+    profile = step_profile(model_dir, num_seqs, seed, prompt_len=prompt_len, steps=max(5, ratio_steps))
+    log("[host_overhead] " + ", ".join(f"{k} {v:.2f}" for k, v in profile["cpu_ms"].items()) + " (CPU ms/step)")
     probe = _engine(model_dir, seed)
     upto128 = [r for r in table if r["batch"] <= 128]
     return {
@@ -254,6 +358,7 @@ def run(seed: int = 0, model: str | None = None, prompt_len: int = 128, sched_st
         "scheduler": sched,
         "scheduler_staggered_prompt_lengths": sched_mixed,
         "step_ratio_table": table,
+        "step_profile_256": profile,
         "setup": {**describe_model(probe, model), "timing": "virtual (host part measured; emulated "
                   "910B time from the roofline cost model)", "seed": seed,
                   "machine": "shared 2-core host"},

@@ -99,11 +99,14 @@ def test_prefix_cache_small(model_dir):
 
 def test_host_overhead_small(model_dir):
     out = host_overhead.run(sched_steps=5, ratio_steps=2, max_batch=4, num_seqs=32)
-    for key in ("sched_ms_256", "host_over_emulated_max_128", "step_ratio_table", "prompt_len"):
+    for key in ("sched_ms_256", "host_over_emulated_max_128", "host_over_emulated_max_256",
+                "floor_over_emulated_max_256", "step_ratio_table", "prompt_len"):
         assert key in out
     assert [r["batch"] for r in out["step_ratio_table"]] == [1, 2, 4]
     assert out["scheduler"]["num_running_decodes"] == 32
     assert out["sched_ms_256"] > 0 and out["host_over_emulated_max_128"] > 0
+    assert out["host_over_emulated_max_256"] >= out["host_over_emulated_max_128"]
+    assert all(r["floor_ms_p50"] > 0 for r in out["step_ratio_table"])
 
 
 def test_finish_prints_one_json_line_last(capsys, tmp_path):

@@ -13,6 +13,7 @@ import numpy as np
 
 from mindmotor.device.cost_model import StepShape
 from mindmotor.model.attention import AttentionMetadata
+from mindmotor.model.decode_kv import DecodeKV
 from mindmotor.model.kv_cache import PagedKVCache
 from mindmotor.model.llama import LlamaModel
 
@@ -40,11 +41,20 @@ class ModelRunner:
         self.kv_cache = kv_cache
         self.block_size = kv_cache.block_size
         self.lora = None              # lora_slots.LoraSlots when the engine serves adapters
+        self.decode_kv = DecodeKV(kv_cache)   # the decodes' K/V, contiguous, kept across steps
 
     def run(self, out: SchedulerOutput) -> tuple[np.ndarray, ModelInput]:
         """→ logits [num_sampling + prompt rows, vocab] and the input it was computed from."""
         inp = self.prepare(out)
         self.kv_cache.ensure_blocks(int(inp.meta.slot_mapping.max()) // self.block_size)
+        meta = inp.meta
+        if meta.num_decodes:
+            tables, _ = meta.decode_plan(self.block_size, None)
+            if self.decode_kv.prepare([s.seq for s in inp.ordered[:meta.num_decodes]],
+                                      meta.context_lens[:meta.num_decodes], tables):
+                meta.decode_kv = self.decode_kv
+        else:
+            self.decode_kv.reset()
         lora = None
         if self.lora is not None:
             lora = self.lora.batch(inp.ordered, [s.num_new_tokens for s in inp.ordered])

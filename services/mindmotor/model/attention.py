@@ -6,9 +6,10 @@ attends to its cached prefix plus itself, causally.
 
 What does not depend on the layer is computed once per step and reused by every layer
 (`AttentionMetadata.decode_plan`): the decodes' block-table slice and their key mask per window.
-The per-layer gather is `np.take` along the block axis (a third of the cost of fancy indexing at
-256 decodes: no index broadcasting, one contiguous copy per block); numpy has no way to multiply
-through an index without that copy (docs/benchmarks.md, host overhead).
+The decodes' keys and values are read from `DecodeKV` (decode_kv.py: contiguous per sequence, kept
+across steps, only the new token written) when the runner provides it; otherwise gathered per
+layer with `np.take` along the block axis (a third of the cost of fancy indexing at 256 decodes).
+numpy has no way to multiply through an index without that copy (docs/benchmarks.md, host overhead).
 
 A sliding window `w` (Mistral, Qwen2/3 sliding layers) limits each query at position i to the keys
 at positions j with i − w < j ≤ i, as transformers' sliding-window mask does.
@@ -31,6 +32,7 @@ class AttentionMetadata:
     block_tables: np.ndarray     # [num_seqs, max_blocks] int64, padded with 0
     num_decodes: int             # the first num_decodes sequences have exactly one new token
     _plans: dict = field(default_factory=dict, repr=False, compare=False)   # per-step, shared by layers
+    decode_kv: object | None = None   # decode_kv.DecodeKV holding the decodes' K/V this step; None: gather them
 
     @property
     def num_seqs(self) -> int:
@@ -70,7 +72,11 @@ def paged_attention(q: np.ndarray, cache: PagedKVCache, layer: int, meta: Attent
     nd = meta.num_decodes
     if nd:
         tables, bias = meta.decode_plan(cache.block_size, window)
-        out[:nd] = _decode_attention(q[:nd], cache, layer, tables, bias)
+        if meta.decode_kv is not None:                                 # no copy: the rows kept across steps
+            k, v = meta.decode_kv.read(layer, tables.shape[1] * cache.block_size)
+        else:
+            k, v = _gather(cache, layer, tables)                       # [B, T, n_kv, hd]
+        out[:nd] = _decode_attention(q[:nd], k, v, bias)
     for s in range(nd, meta.num_seqs):
         start, end = meta.query_start_loc[s], meta.query_start_loc[s + 1]
         out[start:end] = _prefill_attention(q[start:end], cache, layer, meta.block_tables[s],
@@ -86,11 +92,11 @@ def _gather(cache: PagedKVCache, layer: int, block_table: np.ndarray) -> tuple[n
     return k.reshape(shape), v.reshape(shape)
 
 
-def _decode_attention(q, cache, layer, block_tables, bias):
-    """`block_tables`, `bias`: the step's `AttentionMetadata.decode_plan` for this layer's window."""
+def _decode_attention(q, k, v, bias):
+    """q: [B, n_heads, hd]; k, v: [B, T, n_kv, hd] (each row's keys, contiguous per row); `bias`:
+    the step's `AttentionMetadata.decode_plan` mask for this layer's window."""
     num_seqs, n_heads, head_dim = q.shape
-    n_kv = cache.num_kv_heads
-    k, v = _gather(cache, layer, block_tables)                     # [B, T, n_kv, hd]
+    n_kv = k.shape[2]
     qg = q.reshape(num_seqs, n_kv, n_heads // n_kv, head_dim)     # [B, n_kv, group, hd]
     scores = qg @ k.transpose(0, 2, 3, 1)                          # [B, n_kv, group, T]
     scores *= 1.0 / np.sqrt(head_dim)
@@ -153,7 +159,8 @@ def causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, n_kv: int,
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:
-    x = x - x.max(axis=-1, keepdims=True)
+    """Softmax over the last axis, in place (`x` is a scratch array of scores)."""
+    x -= x.max(axis=-1, keepdims=True)
     np.exp(x, out=x)
     x /= x.sum(axis=-1, keepdims=True)
     return x

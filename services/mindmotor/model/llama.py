@@ -80,6 +80,8 @@ class LlamaModel:
         for i, layer in enumerate(self.weights.layers):
             q, k, v = self._qkv(rms_norm(x, layer.input_norm, cfg.rms_norm_eps), layer, positions, lora, i)
             write_kv(cache, i, meta.slot_mapping, k, v)
+            if meta.decode_kv is not None:                           # the decodes' rows kept across steps
+                meta.decode_kv.write(i, k[:meta.num_decodes], v[:meta.num_decodes])
             attn = paged_attention(q, cache, i, meta, self.windows[i])  # [N, n_heads, hd]
             x = x + self._out(attn, layer, lora, i)
             x = x + self._mlp(rms_norm(x, layer.post_norm, cfg.rms_norm_eps), layer, lora, i)
