@@ -19,6 +19,9 @@
     norms, the KV writes, the rest of the forward: embedding, residuals, LM head), the sampler,
     the postprocess and the rest of `step()`. CPU time is the figure that does not depend on what
     else the machine runs.
+(e) `decode_kv_ab_256`: the decode K/V workspace (model/decode_kv.py) against the per-layer gather
+    it replaces, same engine, blocks of steps alternating (the workspace is disabled by making its
+    `prepare` decline): step CPU and wall ms, medians.
 (c) The bound, per batch size, measured in the same run right after each step (same load): the
     numpy work no host implementation of the step can skip — the step's dense matmuls (q/k/v, o,
     gate/up, down per layer, the LM head) and the decode attention's two batched matmuls over K/V
@@ -48,6 +51,7 @@ import numpy as np
 from mindmotor import SamplingParams
 from mindmotor.engine.config import EngineConfig
 from mindmotor.engine.llm_engine import LLMEngine
+from mindmotor.model.decode_kv import DecodeKV
 
 from benchmarks.common import (PLACEHOLDER_TOKEN, add_common_args, benchmark_checkpoint,
                                describe_model, finish, log, mean, percentile, r4, random_tokens,
@@ -276,6 +280,40 @@ def step_profile(model_dir: str, batch: int = 256, seed: int = 0, prompt_len: in
     return out
 
 
+def decode_kv_ab(model_dir: str, batch: int = 256, seed: int = 0, prompt_len: int = 128, rounds: int = 3,
+                 steps: int = 6) -> dict:
+    """Whole decode steps with the decode K/V workspace and without it (gathering every layer's
+    blocks from the paged cache), alternating blocks of `steps` steps; the first step of a block
+    (a workspace rebuild) is left out."""
+    engine = _engine(model_dir, seed)
+    prefill_steps = -(-batch * prompt_len // engine.config.max_num_batched_tokens)
+    _add_decoders(engine, batch, prompt_len, max_tokens=2 * rounds * (steps + 1) + 4 + prefill_steps, seed=seed)
+    while not _all_decoding(engine):
+        engine.step()
+    dk = engine.runner.decode_kv
+    cpu: dict[bool, list[float]] = {True: [], False: []}
+    wall: dict[bool, list[float]] = {True: [], False: []}
+    try:
+        for block in range(2 * rounds):
+            use = block % 2 == 0
+            dk.prepare = DecodeKV.prepare.__get__(dk) if use else (lambda *a: False)
+            for i in range(steps + 1):
+                c, w = time.thread_time(), time.perf_counter()
+                outs = engine.step()
+                assert len(outs) == batch, f"expected a decode step of {batch}, got {len(outs)}"
+                if i:
+                    cpu[use].append(time.thread_time() - c)
+                    wall[use].append(time.perf_counter() - w)
+    finally:
+        del dk.prepare
+    return {"batch": batch, "steps_each": rounds * steps,
+            "workspace_cpu_ms_p50": r4(percentile(cpu[True], 50) * 1e3),
+            "gather_cpu_ms_p50": r4(percentile(cpu[False], 50) * 1e3),
+            "workspace_wall_ms_p50": r4(percentile(wall[True], 50) * 1e3),
+            "gather_wall_ms_p50": r4(percentile(wall[False], 50) * 1e3),
+            "cpu_saved_ms": r4((percentile(cpu[False], 50) - percentile(cpu[True], 50)) * 1e3)}
+
+
 def step_ratio(model_dir: str, batch: int, seed: int = 0, prompt_len: int = 128, steps: int = 30,
                warmup: int = 3) -> dict:
     """Host / emulated time of whole decode steps at `batch` sequences, and after each step the
@@ -340,6 +378,10 @@ def run(seed: int = 0, model: str | None = None, prompt_len: int = 128, sched_st
     log(f"[host_overhead] profile of a decode step at {num_seqs} sequences ...")
     profile = step_profile(model_dir, num_seqs, seed, prompt_len=prompt_len, steps=max(5, ratio_steps))
     log("[host_overhead] " + ", ".join(f"{k} {v:.2f}" for k, v in profile["cpu_ms"].items()) + " (CPU ms/step)")
+    log(f"[host_overhead] decode K/V workspace vs per-layer gather at {num_seqs} decodes ...")
+    ab = decode_kv_ab(model_dir, num_seqs, seed, prompt_len=prompt_len, steps=max(3, ratio_steps // 2))
+    log(f"[host_overhead] workspace {ab['workspace_cpu_ms_p50']:.2f} vs gather {ab['gather_cpu_ms_p50']:.2f} "
+        f"CPU ms/step")
     probe = _engine(model_dir, seed)
     upto128 = [r for r in table if r["batch"] <= 128]
     return {
@@ -359,6 +401,7 @@ def run(seed: int = 0, model: str | None = None, prompt_len: int = 128, sched_st
         "scheduler_staggered_prompt_lengths": sched_mixed,
         "step_ratio_table": table,
         "step_profile_256": profile,
+        "decode_kv_ab_256": ab,
         "setup": {**describe_model(probe, model), "timing": "virtual (host part measured; emulated "
                   "910B time from the roofline cost model)", "seed": seed,
                   "machine": "shared 2-core host"},

@@ -100,7 +100,8 @@ def test_prefix_cache_small(model_dir):
 def test_host_overhead_small(model_dir):
     out = host_overhead.run(sched_steps=5, ratio_steps=2, max_batch=4, num_seqs=32)
     for key in ("sched_ms_256", "host_over_emulated_max_128", "host_over_emulated_max_256",
-                "floor_over_emulated_max_256", "step_ratio_table", "prompt_len"):
+                "floor_over_emulated_max_256", "step_ratio_table", "prompt_len", "step_profile_256",
+                "decode_kv_ab_256"):
         assert key in out
     assert [r["batch"] for r in out["step_ratio_table"]] == [1, 2, 4]
     assert out["scheduler"]["num_running_decodes"] == 32
