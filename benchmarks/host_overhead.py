@@ -27,6 +27,9 @@
     gate/up, down per layer, the LM head) and the decode attention's two batched matmuls over K/V
     already contiguous (no gather) — as `floor_ms_p50` and `floor_over_emulated`. Where that bound
     is above 1 the goal cannot be met on this host at this load by any change to the engine.
+    Each row also gives the thread CPU time of the step and of the bound (`host_cpu_ms_p50`,
+    `cpu_ratio_p50`, `floor_cpu_over_emulated`): the same ratios without the time the process
+    waited for a core, which on a shared machine is most of the wall time.
 """
 
 from __future__ import annotations
@@ -326,19 +329,23 @@ def step_ratio(model_dir: str, batch: int, seed: int = 0, prompt_len: int = 128,
         engine.step()
     pacer = engine.device.pacer
     floor = _Floor(engine, batch, prompt_len + warmup + steps // 2, seed)
-    host, emu, wall, floors = [], [], [], []
+    host, emu, wall, floors, cpu, floors_cpu = [], [], [], [], [], []
     for i in range(warmup + steps):
         h0, e0 = pacer.host_time_s, pacer.emulated_time_s
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.thread_time()
         outs = engine.step()
-        dt = time.perf_counter() - t
+        dt, dc = time.perf_counter() - t, time.thread_time() - c
         assert len(outs) == batch, f"expected a decode step of {batch}, got {len(outs)}"
+        c = time.thread_time()
         f = floor.run()
+        fc = time.thread_time() - c
         if i >= warmup:
             host.append(pacer.host_time_s - h0)
             emu.append(pacer.emulated_time_s - e0)
             wall.append(dt)
             floors.append(f)
+            cpu.append(dc)
+            floors_cpu.append(fc)
     ratios = [h / e for h, e in zip(host, emu)]
     return {
         "batch": batch,
@@ -353,6 +360,12 @@ def step_ratio(model_dir: str, batch: int, seed: int = 0, prompt_len: int = 128,
         "floor_ms_p50": r4(percentile(floors, 50) * 1e3),
         "floor_over_emulated": r4(percentile([f / e for f, e in zip(floors, emu)], 50)),
         "host_over_floor": r4(percentile([h / f for h, f in zip(host, floors)], 50)),
+        # thread CPU time: what the step costs with the machine's other load taken out (not its
+        # effect on caches and shared cores)
+        "host_cpu_ms_p50": r4(percentile(cpu, 50) * 1e3),
+        "cpu_ratio_p50": r4(percentile([h / e for h, e in zip(cpu, emu)], 50)),
+        "floor_cpu_ms_p50": r4(percentile(floors_cpu, 50) * 1e3),
+        "floor_cpu_over_emulated": r4(percentile([f / e for f, e in zip(floors_cpu, emu)], 50)),
     }
 
 
@@ -373,7 +386,8 @@ def run(seed: int = 0, model: str | None = None, prompt_len: int = 128, sched_st
         table.append(row)
         log(f"[host_overhead] batch {b:4d}: host {row['host_ms_p50']:.2f} ms (p50) vs emulated "
             f"{row['emulated_ms']:.2f} ms -> {row['ratio_p50']:.3f}; bound {row['floor_ms_p50']:.2f} ms "
-            f"-> {row['floor_over_emulated']:.3f}")
+            f"-> {row['floor_over_emulated']:.3f}; CPU {row['host_cpu_ms_p50']:.2f} ms -> {row['cpu_ratio_p50']:.3f} "
+            f"(bound {row['floor_cpu_over_emulated']:.3f})")
         b *= 2
     log(f"[host_overhead] profile of a decode step at {num_seqs} sequences ...")
     profile = step_profile(model_dir, num_seqs, seed, prompt_len=prompt_len, steps=max(5, ratio_steps))
@@ -395,6 +409,9 @@ def run(seed: int = 0, model: str | None = None, prompt_len: int = 128, sched_st
         "host_over_emulated_max_256_mean": max(r["ratio_mean"] for r in table),
         "host_over_emulated_max_256_p90": max(r["ratio_p90"] for r in table),
         "floor_over_emulated_max_256": max(r["floor_over_emulated"] for r in table),
+        "host_cpu_over_emulated_max_128": max(r["cpu_ratio_p50"] for r in upto128),
+        "host_cpu_over_emulated_max_256": max(r["cpu_ratio_p50"] for r in table),
+        "floor_cpu_over_emulated_max_256": max(r["floor_cpu_over_emulated"] for r in table),
         "target_host_over_emulated": 1.0,
         "prompt_len": prompt_len,
         "scheduler": sched,
