@@ -12,8 +12,8 @@ preempted, the context outgrew the rows — rebuilds it from the paged cache: on
 layer, what a single step cost before.
 
 The attention reads the same key range as the paged path (the decodes' longest context rounded up
-to whole blocks, positions past a sequence's context masked) with the same strides, so the results
-are bit-identical to it.
+to whole blocks, positions past a sequence's context masked), and its results are bit-identical to
+it (tests/engine/test_decode_kv.py).
 """
 
 from __future__ import annotations
