@@ -24,6 +24,7 @@ from pathlib import Path
 from mindmotor.common.roles import Role
 
 ROUTING_POLICIES = ("round_robin", "least_load", "cache_aware", "weighted_round_robin")
+FRONTEND_OVERHEAD_S = 0.0129           # the last measurement (see above); `--frontend-overhead-ms`
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class ClusterSpec:
     memory_fraction: float = 0.8
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = False  # the traces carry lengths, not contents
-    frontend_overhead_s: float = 0.0129  # serving path per request (measured; see above)
+    frontend_overhead_s: float = FRONTEND_OVERHEAD_S  # serving path per request (measured; see above)
     kv_host_bytes: int = 0               # per instance: the KV host tier (engine/kv_tier.py); 0: none
     cache_chunk_size: int = 256 * 2**20  # its chunks (emulated bytes)
     prefetch_depth: int = 2              # its chunk copies in flight at once
