@@ -1,5 +1,7 @@
 """Shared pieces of the engine benchmarks: the benchmark checkpoint, trace lengths, and the
-virtual-clock driver that runs an `LLMEngine` on emulated 910B time.
+virtual-clock driver that runs an `LLMEngine` on emulated 910B time; and of the front-door
+benchmarks: closed-loop load generation over keep-alive HTTP/1.1 with the CPU of the processes
+served (end of the file).
 
 The virtual clock
 -----------------

@@ -8,7 +8,7 @@ Per replica count: a closed-loop client (C keep-alive connections, each sending 
 as soon as the previous answer arrives; `benchmarks/common.py`) at each concurrency level until the
 rate stops rising — `max_tokens` 1, prompt of 8 token ids, greedy, non-streamed `/v1/completions`
 — with, per level, the CPU cores each process used (coordinator replicas summed and each on its
-own, workers, the client) from /proc. `coordinator_cpu_ms_per_request` (the replicas' CPU per
+own, the group's supervising process, workers, the client) from /proc. `coordinator_cpu_ms_per_request` (the replicas' CPU per
 completed request at the 1-replica peak) gives the rate one coordinator core carries; with the
 P99 < 80 ms level of one replica it gives the replicas needed (the arithmetic is in the JSON under
 `design` and in docs/benchmarks.md).
@@ -191,6 +191,8 @@ def run(args: argparse.Namespace) -> dict:
                 cpu = {"coordinators": lambda: cpu_s(process_tree(group.proc.pid)),
                        "workers": lambda: cpu_s(worker_pids),
                        **{f"replica_{i}": (lambda p=p: cpu_s([p])) for i, p in enumerate(pids)}}
+                if n > 1:        # the process that holds the socket and supervises the replicas
+                    cpu["group_supervisor"] = lambda: cpu_s([group.proc.pid])
                 rows[n] = sweep_levels(f"replicas={n}", "127.0.0.1", port, "/v1/completions", body, levels,
                                        duration_s, warmup_s, cpu, logger=log,
                                        min_stop_concurrency=max(levels[-1] if quick else 32, 1))
