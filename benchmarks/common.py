@@ -566,3 +566,31 @@ def strict_json(obj):
     if isinstance(obj, (list, tuple)):
         return [strict_json(v) for v in obj]
     return obj
+
+
+def sweep_interleaved(targets: dict[str, tuple[str, int, dict[str, Callable[[], float]]]], path: str, body: bytes,
+                      levels: list[int], duration_s: float, warmup_s: float, headers: dict[str, str] | None = None,
+                      min_stop_concurrency: int = 16, logger: Callable[[str], None] = log) -> dict[str, dict]:
+    """`sweep_levels` over several servers at once, alternating them at every level (name ->
+    (host, port, cpu callables)), so that each level of each sees the same background load: on a
+    shared host a load that changes between two sequential sweeps would otherwise decide their
+    ratio. Stops when every server's rate has stopped rising (as `sweep_levels`)."""
+    rows: dict[str, list[dict]] = {name: [] for name in targets}
+    best = {name: 0.0 for name in targets}
+    flat = {name: 0 for name in targets}
+    for c in levels:
+        for name, (host, port, cpu) in targets.items():
+            row = measure_level(host, port, path, body, c, duration_s, warmup_s, cpu, headers)
+            rows[name].append(row)
+            logger(f"  {name} C={c:<4} {row['rps']:8.1f} req/s  p50 {row['p50_ms']:7.2f} ms  p99 {row['p99_ms']:7.2f} ms"
+                   f"  cpu {row['cpu_cores']}" + (f"  errors {row['errors']}" if row["errors"] else ""))
+            flat[name] = 0 if row["rps"] > best[name] * 1.05 else flat[name] + 1
+            best[name] = max(best[name], row["rps"])
+        if all(f >= 2 for f in flat.values()) and c >= min_stop_concurrency:
+            break
+    out = {}
+    for name, levels_done in rows.items():
+        peak = max(levels_done, key=lambda r: r["rps"])
+        out[name] = {"levels": levels_done, "max_rps": peak["rps"], "at_concurrency": peak["concurrency"],
+                     "p50_ms_at_max": peak["p50_ms"], "p99_ms_at_max": peak["p99_ms"]}
+    return out

@@ -1,13 +1,16 @@
 """The whole platform's rate of short requests: `mindmotor up` (2 workers, `--timing virtual`, a tiny
 random-weight model; its default 2 coordinator replicas, controller and deployer) against a bare
 uvicorn app (`coordinator_overhead_servers.py bare`: parse the JSON body, answer a fixed JSON
-object) driven by the same client, in the same run, on 127.0.0.1.
+object) driven by the same client, in the same run, on 127.0.0.1, both serving throughout and
+measured alternately at every level (so that a shared host's changing load falls on both alike).
 
 Each side: a closed-loop client (C keep-alive connections, each sending its next request as soon as
 the previous answer arrives; `benchmarks/common.py`) at C = 4, 16, 64 (quick) or 1 ... 256, until
 the rate stops rising — `max_tokens` 1, prompt of 8 token ids, greedy, non-streamed
 `/v1/completions` — and per level the CPU cores of `up`'s services (coordinators, workers, the
-rest) and of the client, from /proc. `up_ratio_vs_bare` = up_max_rps / bare_uvicorn_rps.
+rest) and of the client, from /proc. `up_ratio_vs_bare` = up_max_rps / bare_uvicorn_rps;
+`up_ratio_vs_bare_per_core` the same per core each side used at its peak (`up_rps_per_core`: all
+of `up`'s processes).
 
     .venv/bin/python benchmarks/up_throughput.py --quick      # ~2 minutes on 2 cores
 
@@ -31,7 +34,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks.common import (completion_body, cpu_s, proc_cmdline, process_tree, strict_json,  # noqa: E402
-                               sweep_levels)
+                               sweep_interleaved)
 from mindmotor.runtime.child_process import ChildProcess  # noqa: E402
 
 SERVERS = Path(__file__).resolve().parent / "coordinator_overhead_servers.py"
@@ -102,22 +105,22 @@ def run(args: argparse.Namespace) -> dict:
     t0 = time.perf_counter()
     log(f"mindmotor up: {args.workers} virtual-timing workers, model {model_dir}; logs in {workdir}")
     up = start_up(model_dir, args.workers, workdir / "state", workdir / "up.log")
+    bare = None
     try:
-        port = int(up.ready["port"])
-        log(f"up serving on :{port} after {time.perf_counter() - t0:.1f} s")
-        cpu = {name: (lambda name=name: cpu_by_service(up.proc.pid)[name]) for name in ("coordinator", "worker")}
-        result["up"] = sweep_levels("up", "127.0.0.1", port, "/v1/completions", body, levels, duration_s, warmup_s,
-                                    cpu, logger=log, min_stop_concurrency=min_stop)
+        log(f"up serving on :{up.ready['port']} after {time.perf_counter() - t0:.1f} s")
+        bare = start_bare(workdir / "bare.log")
+        targets = {
+            "up": ("127.0.0.1", int(up.ready["port"]),
+                   {name: (lambda name=name: cpu_by_service(up.proc.pid)[name]) for name in ("coordinator", "worker")}
+                   | {"up_all": lambda: sum(cpu_by_service(up.proc.pid).values())}),
+            "bare_uvicorn": ("127.0.0.1", int(bare.ready["port"]), {"bare_uvicorn": lambda: cpu_s([bare.proc.pid])}),
+        }
+        result.update(sweep_interleaved(targets, "/v1/completions", body, levels, duration_s, warmup_s,
+                                        min_stop_concurrency=min_stop, logger=log))
     finally:
+        if bare is not None:
+            bare.stop()
         up.stop(60.0)
-    bare = start_bare(workdir / "bare.log")
-    try:
-        port = int(bare.ready["port"])
-        result["bare_uvicorn"] = sweep_levels("bare-uvicorn", "127.0.0.1", port, "/v1/completions", body, levels,
-                                              duration_s, warmup_s, {"bare_uvicorn": lambda: cpu_s([bare.proc.pid])},
-                                              logger=log, min_stop_concurrency=min_stop)
-    finally:
-        bare.stop()
     shutil.rmtree(workdir / "state", ignore_errors=True)
     up_rps, bare_rps = result["up"]["max_rps"], result["bare_uvicorn"]["max_rps"]
     result.update({"up_p99_ms_at_max": result["up"]["p99_ms_at_max"],
@@ -125,6 +128,15 @@ def run(args: argparse.Namespace) -> dict:
                    "up_max_rps": round(up_rps, 1), "bare_uvicorn_rps": round(bare_rps, 1),
                    "up_ratio_vs_bare": round(up_rps / bare_rps, 4) if bare_rps else None})
     result["up_ratio_goal_met"] = (result["up_ratio_vs_bare"] or 0) >= 0.26
+    # the same per core the servers used at their peaks: what a host whose cores go to the servers
+    # alone would show (on a shared host the rates follow whatever CPU the servers got)
+    up_peak = max(result["up"]["levels"], key=lambda r: r["rps"])
+    bare_peak = max(result["bare_uvicorn"]["levels"], key=lambda r: r["rps"])
+    up_cores, bare_cores = up_peak["cpu_cores"]["up_all"], bare_peak["cpu_cores"]["bare_uvicorn"]
+    result["up_rps_per_core"] = round(up_peak["rps"] / up_cores, 1) if up_cores else None
+    result["bare_uvicorn_rps_per_core"] = round(bare_peak["rps"] / bare_cores, 1) if bare_cores else None
+    result["up_ratio_vs_bare_per_core"] = (round(result["up_rps_per_core"] / result["bare_uvicorn_rps_per_core"], 4)
+                                           if result["up_rps_per_core"] and result["bare_uvicorn_rps_per_core"] else None)
     return result
 
 
