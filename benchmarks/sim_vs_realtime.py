@@ -36,6 +36,7 @@ import argparse
 import asyncio
 import csv
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -184,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from benchmarks import pd_realtime
 
+    load_at_start = [round(x, 2) for x in os.getloadavg()]     # a busy host's queueing shows as serving path
     trace = trace_slice(args.requests, args.rate)
     spec = sim_spec(args.kind, args.chunk_tokens)
     default_sim = summarize(simulate(spec, trace))          # the default overhead (the last measurement)
@@ -220,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(rows))
     worst = max(errors, key=lambda k: abs(errors[k]))
     print(json.dumps({"kind": args.kind, "requests": len(requests), "rate": args.rate,
+                      "loadavg_at_start": load_at_start,
                       "max_abs_error": abs(errors[worst]), "worst": worst, "errors": errors,
                       "max_abs_error_vs_worker_logged": max(abs(v) for v in engine_errors.values()),
                       "errors_vs_worker_logged": engine_errors,
