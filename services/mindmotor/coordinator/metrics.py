@@ -76,7 +76,8 @@ class CoordinatorMetrics:
 
         # Per deployment version (canary analysis reads these: deployer/coordinator_metrics.py). A
         # request counts for the version of the instance that served its first choice; an error is
-        # a request that was routed and then failed (any status, or an error event in a stream).
+        # a request that was routed and then failed (any status, or an error event in a stream). A
+        # LoRA adapter's requests count under their base model and under the adapter's name too.
         per_version = ["model", "version"]
         self.version_requests = Counter(p + "version_requests", "generation requests routed, per model version",
                                         per_version, registry=r)

@@ -74,7 +74,7 @@ async def generate(c: Coordinator, request: Request, request_id: str, model: Ser
     running = [i for i in range(len(generations)) if not (marker and marker.resumed and marker.marks.choices[i].finished)]
     ticket = await c.admission.acquire(model.name, len(running), slo_class, getattr(request.state, "caller", "") or "")
     return await respond(request, ChoiceSet([generations[i] for i in running], running), prompt_indices, fmt, stream,
-                         include_usage, ticket, c.metrics, model.name, c.in_flight, marker)
+                         include_usage, ticket, c.metrics, model.name, c.in_flight, marker, lora=model.lora)
 
 
 def request_class(c: Coordinator, request: Request, priority: int) -> tuple[str, int]:
