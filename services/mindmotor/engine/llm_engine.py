@@ -222,7 +222,7 @@ class LLMEngine:
             else None
         self.lora = self._lora_slots(None if self.cost_only else mcfg) if config.enable_lora else None
         self.runner.lora = self.lora
-        self.scheduler.admission_gate = self.lora.ready if self.lora is not None else None
+        self.scheduler.admission_gate = self.scheduler.run_gate = self.lora.ready if self.lora is not None else None
         self.sampler = Sampler(eos_ids)
         self.outputs = OutputProcessor(self.tokenizer, eos_ids, self.max_model_len)
         self.requests: dict[str, Sequence] = {}
@@ -651,7 +651,9 @@ class LLMEngine:
             if self.kv_tier is not None:
                 self.kv_tier.poll(self.scheduler)    # host-tier loads that ended: their requests run
             if self.lora is not None:
-                self.lora.begin_step(self.scheduler.block_holders())
+                s = self.scheduler
+                self.lora.begin_step(s.block_holders(), s.waiting,
+                                     admissible=s.config.max_num_seqs - len(s.running) - s.kv.num_loading)
             sched = self.scheduler.schedule()
             if sched.empty:
                 if self.lora is not None:      # only adapter copies under way: the card waits for one
@@ -661,6 +663,8 @@ class LLMEngine:
             inp, tokens, logprobs, errors = self._execute(sched)
             self._postprocess(sched, inp.sampling, tokens, logprobs, errors)
             self.last_step_s = self.device.run_step(inp.shape, started).seconds
+            if self.lora is not None and (stall := self.lora.take_stall()):
+                self.last_step_s += self.device.stall(stall)   # slot copies the step waited for
             if self.kv_tier is not None and (stall := self.kv_tier.take_stall()):
                 self.last_step_s += self.device.stall(stall)   # sync_load: the copies were on the path
         except Exception as exc:  # noqa: BLE001 - the step's requests fail, the engine is checked

@@ -96,6 +96,9 @@ class Scheduler:
         # Whether a waiting sequence may be admitted now (lora_slots.LoraSlots.ready: its adapter
         # is in a device slot); one that may not stays queued without holding back the others.
         self.admission_gate: Callable[[Sequence], bool] | None = None
+        # Whether a running sequence takes part in this step (the same LoRA gate: its adapter is
+        # one of the step's); one that does not keeps its blocks and skips the step.
+        self.run_gate: Callable[[Sequence], bool] | None = None
 
     # ---- queue changes ----------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
@@ -195,6 +198,8 @@ class Scheduler:
             if budget.tokens <= 0:
                 break
             if seq.status is not SequenceStatus.RUNNING:  # preempted for one before it
+                continue
+            if self.run_gate is not None and not self.run_gate(seq):
                 continue
             num_new = budget.num_new_tokens(num_remaining, seq.num_computed_tokens)
             if num_new == 0 or not self._allocate(seq, num_new, out, budget):
