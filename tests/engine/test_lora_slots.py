@@ -87,3 +87,18 @@ def test_unknown_and_too_large_adapters():
     with pytest.raises(AdapterError, match="rank 32"):
         s.add_virtual("big", 32, ("q_proj",), 1)
     assert s.remove("a") and not s.remove("a") and s.names() == ["b", "c"]
+
+
+def test_with_a_backlog_the_running_adapters_go_first_and_a_newcomer_after_its_patience():
+    from mindmotor.engine.lora_slots import PATIENCE, SHORT_QUEUE
+
+    s, clock = slots(max_loras=2)
+    a1, b1 = seq(s, "a", "a1"), seq(s, "b", "b1")
+    backlog = [queued(s, "c", f"c{i}") for i in range(SHORT_QUEUE * 2 + 1)]
+    for step in range(PATIENCE):
+        s.begin_step([a1, b1], backlog)
+        assert s.ready(a1) and s.ready(b1) and not s.ready(backlog[0]), step
+    s.begin_step([a1, b1], backlog)                                  # c has waited long enough
+    assert s.ready(backlog[0]) and s.ready(a1) != s.ready(b1)
+    s.begin_step([a1, b1], backlog[:SHORT_QUEUE * 2])                # a short queue: newcomers first
+    assert s.ready(backlog[0])
