@@ -18,6 +18,13 @@ makespan (capacity). `throughput_vs_base` and `ttft_p99_vs_base`: Poisson arriva
 that cannot keep up stretches its makespan). The same online run with as many slots as adapters
 (`online.multi_lora_all_slots`) separates the cost of the LoRA work and slot loads from the cost of
 the 4-slot limit (a step's batch holds at most `max_loras` adapters, as vLLM's `--max-loras`).
+The bound (`online.bound`, printed on stderr; not in the last line, whose keys are the issue's):
+no schedule whose steps mix at most `max_loras` adapters can finish the online requests sooner than
+`makespan_bound` — each request makes one token per step, after its arrival, and every step lasts
+at least the cost model's shortest LoRA step — so `throughput_vs_base` cannot exceed
+`online.bound.throughput_vs_base_upper_bound`, whatever the scheduler does. At --quick (200
+requests) the last arrivals leave 16 adapters' work to finish through 4 places per step, and the
+bound is below the 0.90 goal.
 `outputs_match_reference`: a tiny real model (numpy forward) serves 16 random PEFT-format adapters
 and base requests mixed through 4 slots; every greedy output equals that request computed alone
 by the dense reference forward with its adapter (model/llama.py `forward_dense`).

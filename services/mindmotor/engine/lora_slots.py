@@ -12,9 +12,10 @@
   (`begin_step`) — not held for a request's lifetime, which made a rarely used adapter's request
   wait seconds for a slot to drain (benchmarks/lora.py measured it: p99 TTFT ~100× the base's):
   first the adapters of the requests at the head of the queue that could be admitted now (their
-  first token waits on it; with running adapters, one place is kept for them), then the running
-  adapters, the most work left first (with aging: no starvation; and a bonus for those in a slot
-  already: no thrash). A running sequence whose adapter is not chosen keeps its KV and skips the step.
+  first token waits on it; with running adapters, one place is kept for them; with a backlog only
+  those passed over for `PATIENCE` steps, so that a burst does not spread over every adapter), then
+  the running adapters, the most work left first (with aging: no starvation; and a bonus for those
+  in a slot already: no thrash). A running sequence whose adapter is not chosen keeps its KV and skips the step.
   A chosen adapter not in a slot takes the least recently used slot of an unchosen one: a copy
   over the card's host link (`EmulatedDevice.price_host_copy`) — one of at most `SYNC_COPY_S` is
   made before the step (the step waits for it: `take_stall`), a longer one overlaps the steps and
