@@ -102,3 +102,38 @@ def test_with_a_backlog_the_running_adapters_go_first_and_a_newcomer_after_its_p
     assert s.ready(backlog[0]) and s.ready(a1) != s.ready(b1)
     s.begin_step([a1, b1], backlog[:SHORT_QUEUE * 2])                # a short queue: newcomers first
     assert s.ready(backlog[0])
+
+
+def test_running_sequences_skip_the_steps_their_adapter_is_not_in_and_finish_the_same(tiny_ckpt, tmp_path):
+    """A real engine, 3 adapters through 1 slot: every step runs one adapter's sequences, the others
+    keep their KV; every output equals that request run alone."""
+    from mindmotor.engine.config import EngineConfig
+    from mindmotor.engine.llm_engine import LLMEngine
+    from mindmotor.model.config import LlamaConfig
+    from mindmotor.model.testing import write_random_adapter
+    from mindmotor.rules.sampling_params import SamplingParams
+
+    config = LlamaConfig.from_dir(tiny_ckpt)
+    paths = {n: write_random_adapter(tmp_path / n, config, seed=i) for i, n in enumerate("abc")}
+
+    def engine(max_loras):
+        e = LLMEngine(EngineConfig(model=str(tiny_ckpt), enable_lora=True, max_loras=max_loras, max_cpu_loras=3,
+                                   block_size=4, num_blocks=256))
+        for n, p in paths.items():
+            e.add_lora(n, str(p))
+        return e
+
+    def run(e, names, first: int = 0):
+        params = SamplingParams(max_tokens=5, temperature=0, ignore_eos=True)
+        got = {}
+        for i, n in enumerate(names, start=first):
+            e.add_request(f"r{i}", [3, 5, 7 + i], params, lora=n)
+        while e.has_unfinished_requests():
+            for out in e.step():
+                got.setdefault(out.request_id, []).extend(out.new_token_ids)
+        return got
+
+    names = ["a", "b", "c", None, "a", "c"]
+    mixed = run(engine(1), names)
+    alone = {f"r{i}": run(engine(3), [n], first=i)[f"r{i}"] for i, n in enumerate(names)}
+    assert mixed == alone

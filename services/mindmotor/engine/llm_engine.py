@@ -655,6 +655,9 @@ class LLMEngine:
                 self.lora.begin_step(s.block_holders(), s.waiting,
                                      admissible=s.config.max_num_seqs - len(s.running) - s.kv.num_loading)
             sched = self.scheduler.schedule()
+            if sched.empty and self.lora is not None and self.scheduler.running and not self.lora.loading:
+                self.lora.begin_step(self.scheduler.block_holders())   # the newcomers chosen could not
+                sched = self.scheduler.schedule()                        # start (no KV): the running go
             if sched.empty:
                 if self.lora is not None:      # only adapter copies under way: the card waits for one
                     self.device.idle(self.lora.idle())

@@ -181,7 +181,6 @@ class LoraSlots:
         put each in a slot (see the module docstring). `holders`: the sequences holding blocks
         (running ones among them); `waiting`: the queue, in order; `admissible`: how many of its
         head could be admitted now (None: all)."""
-        self._stall_s = 0.0
         running: dict[int, list] = {}                       # id(record) -> [record, most tokens left]
         for s in holders:
             if s.lora is not None:
