@@ -5,6 +5,7 @@ stay with the serving version; promote gives the new version everything and clea
 from __future__ import annotations
 
 import asyncio
+import re
 from collections import Counter
 
 import grpc
@@ -86,6 +87,8 @@ def test_an_adapter_canary_splits_that_adapter_alone_then_promotes(cluster, adap
     wait_until(lambda: versions_serving(url, "sql", 4) == Counter({"v1": 2, "v2": 2}), timeout=15,
                what="the adapter's requests split evenly (once every instance's adapters are polled)")
     assert versions_serving(url, cluster.model, 4) == Counter({"v1": 4})     # the base model: v1 alone
+    metrics = httpx.get(f"{url}/metrics", timeout=5).text          # what the canary analysis reads for sql
+    assert re.search(r'mindmotor_coordinator_version_requests_total\{model="sql",version="v2"\} [1-9]', metrics)
 
     promoted = client.promote(cluster.deployment)
     assert [v.name for v in promoted.spec.versions] == ["v2"] and dict(promoted.spec.traffic) == {"v2": 100}
