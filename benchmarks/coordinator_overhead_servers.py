@@ -72,7 +72,8 @@ def _no_signal_capture():
 def run_coordinator(argv: list[str]) -> int:
     import argparse
 
-    from mindmotor.coordinator import cli, config, server
+    from mindmotor.coordinator import cli, config
+    from mindmotor.coordinator.http import server
 
     real_ready_line = config.ready_line
     server.ready_line = lambda port, *more: f"{READY} port={port}\n{real_ready_line(port, *more)}"

@@ -25,7 +25,7 @@ from mindmotor.coordinator.catalog.discovery import ModelDiscovery
 from mindmotor.coordinator.http.errors import install_handlers
 from mindmotor.coordinator.routing.table import RoutingTable
 from mindmotor.coordinator.metrics import CoordinatorMetrics
-from mindmotor.coordinator.http.middleware import BodyLimitMiddleware, GateMiddleware, RequestIdMiddleware
+from mindmotor.coordinator.http.middleware import FrontDoor
 from mindmotor.coordinator.catalog.models import ModelCatalog
 from mindmotor.coordinator.dispatch.progress import ProgressGuard
 from mindmotor.coordinator.http.rate_limit import MemoryRateLimiter, RateLimiter
@@ -136,10 +136,10 @@ def create_app(settings: CoordinatorSettings, coordinator: Coordinator | None = 
     app.include_router(api_router())
     mount_assets(app)
     install_openapi(app, {"ResponsesRequest": ResponsesRequest})
-    # added innermost first: RequestId -> Gate -> BodyLimit -> routes
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
-    app.add_middleware(GateMiddleware, keys=c.keys, limiter=c.limiter, metrics=c.metrics)
-    app.add_middleware(RequestIdMiddleware, metrics=c.metrics, in_flight=c.in_flight)
+    # one pure-ASGI layer: request id, API key and rate limit, body limit, headers, metrics, access log
+    app.add_middleware(FrontDoor, metrics=c.metrics, keys=c.keys, limiter=c.limiter,
+                       max_body_bytes=settings.max_body_bytes, in_flight=c.in_flight,
+                       access_log=settings.access_log, access_log_sample=settings.access_log_sample)
     if settings.cors_allowed_origins:       # outermost: a preflight is answered before auth
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_allowed_origins,
                            allow_methods=settings.cors_allowed_methods, allow_headers=settings.cors_allowed_headers,

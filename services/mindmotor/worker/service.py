@@ -46,7 +46,7 @@ from mindmotor.protocol import worker_pb2_grpc
 
 from .admission import Admission
 from .convert import (continuation_from_request, device_status_from_snapshot, load_from_stats, prefill_response,
-                      prompt_from_request, response_from_output, sampling_params_from_proto)
+                      prompt_from_request, response_from_output, response_from_outputs, sampling_params_from_proto)
 from .kv_connector import WorkerKVConnector
 from .metrics import WorkerMetrics
 from .model_info import digest_only, read_model_info
@@ -85,6 +85,20 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
 
     # ---- Generate ----------------------------------------------------------------------------
     async def Generate(self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext) -> None:
+        await self._generate(request, context, None)
+
+    async def GenerateUnary(self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
+                            ) -> pb.GenerateResponse:
+        """Generate as one answer (a non-streamed HTTP request): no message per output, no
+        keepalives; the same admission, refusals and cancellation."""
+        outputs: list = []
+        await self._generate(request, context, outputs)
+        return outputs[0]
+
+    async def _generate(self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext,
+                        collect: list | None) -> None:
+        """Run one request; its outputs written as they come (`collect` None) or, when the call
+        ends, its one response put into `collect`."""
         request_id = request.request_id or uuid.uuid4().hex
         with request_context(request_id):
             prompt, params, continuation = await self._admit(request_id, request, context)
@@ -94,13 +108,14 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                     "kv_source": continuation.kv_source.address if continuation.kv_source else None})
             record = self.recall.start(request_id, request_digest(prompt, request.sampling),
                                        list(continuation.output_token_ids) if continuation else [])
+            keepalive_s = self.stream_keepalive_s if collect is None else 0.0
             try:
                 with self.admission.track(request_id):
                     await self._stream(lambda: self.engine.generate(request_id, prompt, params, request.priority,
                                                                     continuation=continuation,
-                                                                    keepalive_s=self.stream_keepalive_s,
+                                                                    keepalive_s=keepalive_s,
                                                                     lora=request.lora_name or None),
-                                       context, request_id, record)
+                                       context, request_id, record, collect)
             finally:
                 self.recall.end(request_id, record)
 
@@ -140,11 +155,13 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                           f"the structured-output compilers of this worker are busy: {exc}")
 
     async def _stream(self, open_outputs, context: grpc.aio.ServicerContext, request_id: str,
-                      record: Recalled) -> None:
+                      record: Recalled, collect: list | None = None) -> None:
         """Write every output of `open_outputs()` (raises RequestError for a refused request),
-        each also kept in `record` (Recall)."""
+        each also kept in `record` (Recall); with `collect`, no writes: the outputs as one
+        response, appended to `collect` once the request finished."""
         timer = self.metrics.request_timer()
         finish_reason = FinishReason.CANCELLED  # unless the engine finishes it: the client went away
+        outs: list = []
         try:
             async with aclosing(open_outputs()) as outputs:
                 async for out in outputs:
@@ -163,12 +180,18 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                         # Before the write: a client that closes the call as soon as it has the last
                         # message may cancel the write, but the request finished, not "cancelled".
                         finish_reason = out.finish_reason
-                        log.info("request finished", extra={
-                            "finish_reason": finish_reason, "prompt_tokens": out.num_prompt_tokens,
-                            "completion_tokens": out.num_output_tokens,
-                            "cached_tokens": out.num_cached_tokens, "ttft_s": timer.ttft_s,
-                            "duration_s": timer.elapsed_s})
-                    await context.write(response_from_output(out, timings))
+                        if log.isEnabledFor(logging.DEBUG):     # per request: DEBUG (issue 26)
+                            log.debug("request finished", extra={
+                                "finish_reason": finish_reason, "prompt_tokens": out.num_prompt_tokens,
+                                "completion_tokens": out.num_output_tokens,
+                                "cached_tokens": out.num_cached_tokens, "ttft_s": timer.ttft_s,
+                                "duration_s": timer.elapsed_s})
+                    if collect is None:
+                        await context.write(response_from_output(out, timings))
+                    else:
+                        outs.append(out)
+                        if out.finished:
+                            collect.append(response_from_outputs(outs, timings))
         except RequestError as exc:
             finish_reason = None
             self.metrics.refused.labels(reason=RefusalReason.INVALID_ARGUMENT).inc()
@@ -186,7 +209,10 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
             if finish_reason is not None:
                 timer.on_finish(finish_reason)
             if finish_reason == FinishReason.CANCELLED:
-                log.info("request cancelled by the client; aborted", extra={"duration_s": timer.elapsed_s})
+                log.debug("request cancelled by the client; aborted", extra={"duration_s": timer.elapsed_s})
+        if collect is not None and not collect:     # the engine's stream ended without a finish
+            await _refuse(context, grpc.StatusCode.INTERNAL, "the engine ended the request without finishing it",
+                          REQUEST_FAILED)
 
     def _trace(self, context, request_id: str, timer, timings, out) -> None:
         """The call's spans, under the caller's traceparent: the call, and its queue, prefill and
