@@ -33,7 +33,7 @@ from mindmotor.coordinator.dispatch.resume import new_key
 from mindmotor.coordinator.openai.responses.store import StoreLimits, make_store
 from mindmotor.coordinator.routing.router import Router
 from mindmotor.coordinator.http.openapi import install_openapi
-from mindmotor.coordinator.http.routes import api_router
+from mindmotor.coordinator.http.routes import api_routes
 from mindmotor.coordinator.http.routes.docs import mount_assets
 from mindmotor.coordinator.openai.responses.request import ResponsesRequest
 from mindmotor.coordinator.routing.policies import make_policy
@@ -133,7 +133,7 @@ def create_app(settings: CoordinatorSettings, coordinator: Coordinator | None = 
                   openapi_url="/openapi.json")
     app.state.coordinator = c
     install_handlers(app)
-    app.include_router(api_router())
+    app.router.routes.extend(api_routes())      # not include_router: see api_routes
     mount_assets(app)
     install_openapi(app, {"ResponsesRequest": ResponsesRequest})
     # one pure-ASGI layer: request id, API key and rate limit, body limit, headers, metrics, access log

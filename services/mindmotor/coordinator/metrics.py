@@ -132,6 +132,9 @@ class CoordinatorMetrics:
                                buckets=V.REQUEST_LATENCY_BUCKETS, registry=r)
         self.engine_steps = EngineSteps()          # vllm:iteration_tokens_total, from the routing table
         r.register(self.engine_steps)
+        for metric in [*vars(self).values(), *self.vllm_phases.values()]:
+            if isinstance(metric, (Counter, Gauge, Histogram)) and metric is not self.vllm_cache_config:
+                _cache_children(metric)         # cleared at each refresh: its children are not kept
 
     def refresh_engines(self, models: dict) -> None:
         """vLLM's engine gauges from the routing table (`models`: model -> its instances, as they
@@ -161,6 +164,32 @@ class CoordinatorMetrics:
             registry.register(self.engine_steps)     # the routing table's: this replica's view, once
             return generate_latest(registry)
         return generate_latest(self.registry)
+
+
+MAX_CACHED_CHILDREN = 10_000      # per metric: a label set past it clears the cache (series are kept)
+
+
+def _cache_children(metric) -> None:
+    """`metric.labels(*values)` from a dict of the children already made: prometheus_client's own
+    takes its lock and converts and checks every value on each call, and a request makes some
+    thirty of those calls (issue 26). Values must be given positionally; a metric whose children
+    are removed or cleared must not be cached."""
+    if not getattr(metric, "_labelnames", None):
+        return
+    children: dict = {}
+    make = metric.labels
+
+    def labels(*values, **named):
+        if named:
+            return make(*values, **named)
+        child = children.get(values)
+        if child is None:
+            if len(children) >= MAX_CACHED_CHILDREN:
+                children.clear()
+            child = children[values] = make(*values)
+        return child
+
+    metric.labels = labels
 
 
 class EngineSteps(Collector):
@@ -240,6 +269,33 @@ class ChoiceTimer:
         elif self.last is not None:
             self.metrics.itl.labels(self.model).observe(now - self.last)
             self.metrics.vllm_itl.labels(self.model).observe(now - self.last)
+        self.last = now
+        self.tokens += n
+
+    def on_whole(self, n: int, timings=None) -> None:
+        """A choice's tokens in one answer (a unary worker call: a non-streamed request): its first
+        token's time is the call's start plus the worker's queue and prefill (`RequestTimings`;
+        without them, now), the gaps between its tokens the worker's decode time shared evenly."""
+        if n <= 0:
+            return
+        now = time.perf_counter()
+        gaps = n - 1
+        if self.first is None:
+            first = now
+            if timings is not None and self.call_started is not None:
+                first = min(now, self.call_started + timings.queued_s + timings.prefill_s)
+            self.first = first
+            self.end()
+            self.metrics.ttft.labels(self.model).observe(first - self.arrival)
+            self.metrics.vllm_ttft.labels(self.model).observe(first - self.arrival)
+        else:
+            gaps = n                            # after a first answer (a remote prefill): every token
+        if gaps > 0:
+            gap = (timings.decode_s / gaps) if timings is not None else (now - self.first) / gaps
+            itl, vllm_itl = self.metrics.itl.labels(self.model), self.metrics.vllm_itl.labels(self.model)
+            for _ in range(gaps):
+                itl.observe(gap)
+                vllm_itl.observe(gap)
         self.last = now
         self.tokens += n
 

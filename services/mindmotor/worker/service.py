@@ -209,7 +209,7 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
             if finish_reason is not None:
                 timer.on_finish(finish_reason)
             if finish_reason == FinishReason.CANCELLED:
-                log.debug("request cancelled by the client; aborted", extra={"duration_s": timer.elapsed_s})
+                log.info("request cancelled by the client; aborted", extra={"duration_s": timer.elapsed_s})
         if collect is not None and not collect:     # the engine's stream ended without a finish
             await _refuse(context, grpc.StatusCode.INTERNAL, "the engine ended the request without finishing it",
                           REQUEST_FAILED)
