@@ -180,7 +180,7 @@ def pct(values: list[float], p: float) -> float:
 
 # ---- (a) added latency -------------------------------------------------------------------------
 async def measure_added_latency(worker_port: int, coordinators: dict[str, int], model: str, n: int,
-                                warmup: int, max_tokens: int = 4) -> dict:
+                                warmup: int, max_tokens: int = 4, procs: dict[str, Server] | None = None) -> dict:
     """Sequential, alternating: direct gRPC Generate, then each coordinator, n times (after
     `warmup` rounds). Returns p50/p90/mean per path and the added p50 of each coordinator."""
     import grpc
@@ -203,7 +203,10 @@ async def measure_added_latency(worker_port: int, coordinators: dict[str, int], 
                 tokens += len(resp.token_ids)
             assert tokens == max_tokens, f"direct call produced {tokens} tokens"
 
+        cpu0: dict[str, float] = {}
         for i in range(warmup + n):
+            if i == warmup:
+                cpu0 = {name: p.cpu_s() for name, p in (procs or {}).items()}
             t = time.perf_counter()
             await direct()
             if i >= warmup:
@@ -217,9 +220,11 @@ async def measure_added_latency(worker_port: int, coordinators: dict[str, int], 
                     times[name].append(time.perf_counter() - t)
             if (i + 1) % max(1, (warmup + n) // 5) == 0:
                 log(f"  latency: {i + 1}/{warmup + n} rounds")
+        cpu = {name: (p.cpu_s() - cpu0[name]) * 1000 / n for name, p in (procs or {}).items()}
     for conn in conns.values():
         conn.close()
-    out: dict = {"n": n, "warmup": warmup, "max_tokens": max_tokens, "prompt_tokens": len(PROMPT_IDS)}
+    out: dict = {"n": n, "warmup": warmup, "max_tokens": max_tokens, "prompt_tokens": len(PROMPT_IDS),
+                 "cpu_ms_per_request": {k: round(v, 3) for k, v in cpu.items()}}
     for name, ts in times.items():
         out[name] = {"p50_ms": pct(ts, 50), "p90_ms": pct(ts, 90), "mean_ms": float(np.mean(ts) * 1000)}
     for name in coordinators:
@@ -275,8 +280,10 @@ def measure_level(name: str, port: int, body: bytes, c: int, duration_s: float, 
     client0, wall0 = time.process_time(), time.perf_counter()
     row = asyncio.run(closed_loop(port, "/v1/completions", body, c, duration_s, warmup_s))
     wall = time.perf_counter() - wall0
-    row["cpu_cores"] = {k: round((p.cpu_s() - cpu0[k]) / wall, 3) for k, p in procs.items()}
-    row["cpu_cores"]["client"] = round((time.process_time() - client0) / wall, 3)
+    row["cpu_s"] = {k: p.cpu_s() - cpu0[k] for k, p in procs.items()}
+    row["cpu_s"]["client"] = time.process_time() - client0
+    row["wall_s"] = wall
+    row["cpu_cores"] = {k: round(v / wall, 3) for k, v in row["cpu_s"].items()}
     # CPU milliseconds per completed request (warmup included in the CPU time, so slightly high):
     # 1000 / this is the rate one core could carry
     done = row["rps"] * wall if row["rps"] else 0
@@ -290,7 +297,9 @@ def measure_level(name: str, port: int, body: bytes, c: int, duration_s: float, 
 def interleaved(servers: dict[str, tuple[int, dict[str, Server]]], body: bytes, levels: list[int], reps: int,
                 duration_s: float, warmup_s: float) -> dict[str, dict]:
     """Every server at every level, interleaved (all servers at one level, then the next), `reps`
-    rounds; per server and level the round with the median rate."""
+    rounds; per server and level the round with the median rate, and the CPU per request over all
+    the rounds (their CPU seconds over their requests: a round that stalled for want of a core
+    weighs by what it did)."""
     runs: dict[str, dict[int, list[dict]]] = {name: {c: [] for c in levels} for name in servers}
     for rep in range(reps):
         log(f"round {rep + 1}/{reps}")
@@ -304,6 +313,9 @@ def interleaved(servers: dict[str, tuple[int, dict[str, Server]]], body: bytes, 
             ordered = sorted(runs[name][c], key=lambda r: r["rps"])
             median = dict(ordered[len(ordered) // 2])
             median["rounds_rps"] = [round(r["rps"], 1) for r in runs[name][c]]
+            done = sum(r["rps"] * r["wall_s"] for r in runs[name][c])
+            median["cpu_ms_per_request"] = {k: round(sum(r["cpu_s"][k] for r in runs[name][c]) * 1000 / done, 3)
+                                            if done else None for k in median["cpu_s"]}
             rows.append(median)
         peak = max(rows, key=lambda r: r["rps"])
         out[name] = {"levels": rows, "max_rps": peak["rps"], "at_concurrency": peak["concurrency"],
@@ -397,12 +409,13 @@ def run(args: argparse.Namespace) -> dict:
             f"stack {result['server_stack']}")
 
         log(f"(a) added latency: {n} sequential requests per path (max_tokens 4), {warmup} warmup")
-        lat = measure_added_latency(worker.port, {"coordinator": coord.port, "proxy": proxy.port}, model, n, warmup)
+        lat = measure_added_latency(worker.port, {"coordinator": coord.port, "proxy": proxy.port}, model, n, warmup,
+                                    procs={"coordinator": coord, "proxy": proxy})
         lat = asyncio.run(lat)
         result["latency"] = lat
         log(f"  direct p50 {lat['direct']['p50_ms']:.2f} ms; coordinator p50 {lat['coordinator']['p50_ms']:.2f} ms "
             f"(+{lat['coordinator']['added_p50_ms']:.2f}); proxy p50 {lat['proxy']['p50_ms']:.2f} ms "
-            f"(+{lat['proxy']['added_p50_ms']:.2f})")
+            f"(+{lat['proxy']['added_p50_ms']:.2f}); sequential CPU ms/request {lat['cpu_ms_per_request']}")
 
         body = completion_body(model, 1)
         log(f"(b) closed-loop rate, max_tokens 1, levels {levels}, {reps} interleaved rounds")
@@ -457,6 +470,9 @@ def run(args: argparse.Namespace) -> dict:
         "proxy_ratio_vs_bare_uvicorn": rp["max_rps"] / rb["max_rps"] if rb["max_rps"] else None,
         "rate_ratio_vs_proxy": rc["max_rps"] / rp["max_rps"] if rp["max_rps"] else None,
         "cpu_ms_per_request_c32": cpu32,
+        "cpu_ms_per_request_sequential": lat["cpu_ms_per_request"],
+        "cpu_vs_proxy_sequential": (lat["cpu_ms_per_request"]["coordinator"] / lat["cpu_ms_per_request"]["proxy"])
+        if lat["cpu_ms_per_request"].get("proxy") else None,
         "cpu_vs_proxy": (cpu32["coordinator"] / cpu32["proxy"]) if cpu32["coordinator"] and cpu32["proxy"] else None,
         "added_p99_ms_c32": (c32["p99_ms"] - p32["p99_ms"]) if c32 and p32 else None,
         "design_5000rps_p99_80ms": design, "wall_s": round(time.perf_counter() - t_start, 1),
