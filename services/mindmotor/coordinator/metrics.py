@@ -9,6 +9,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from mindmotor.common.metric_children import cache_children
+
 from mindmotor.common import vllm_metrics as V
 from mindmotor.common.latency_phases import CLASS_LABEL, PHASE_LABEL, PHASE_METRIC
 
@@ -134,7 +136,7 @@ class CoordinatorMetrics:
         r.register(self.engine_steps)
         for metric in [*vars(self).values(), *self.vllm_phases.values()]:
             if isinstance(metric, (Counter, Gauge, Histogram)) and metric is not self.vllm_cache_config:
-                _cache_children(metric)         # cleared at each refresh: its children are not kept
+                cache_children(metric)          # cleared at each refresh: its children are not kept
 
     def refresh_engines(self, models: dict) -> None:
         """vLLM's engine gauges from the routing table (`models`: model -> its instances, as they
@@ -164,32 +166,6 @@ class CoordinatorMetrics:
             registry.register(self.engine_steps)     # the routing table's: this replica's view, once
             return generate_latest(registry)
         return generate_latest(self.registry)
-
-
-MAX_CACHED_CHILDREN = 10_000      # per metric: a label set past it clears the cache (series are kept)
-
-
-def _cache_children(metric) -> None:
-    """`metric.labels(*values)` from a dict of the children already made: prometheus_client's own
-    takes its lock and converts and checks every value on each call, and a request makes some
-    thirty of those calls (issue 26). Values must be given positionally; a metric whose children
-    are removed or cleared must not be cached."""
-    if not getattr(metric, "_labelnames", None):
-        return
-    children: dict = {}
-    make = metric.labels
-
-    def labels(*values, **named):
-        if named:
-            return make(*values, **named)
-        child = children.get(values)
-        if child is None:
-            if len(children) >= MAX_CACHED_CHILDREN:
-                children.clear()
-            child = children[values] = make(*values)
-        return child
-
-    metric.labels = labels
 
 
 class EngineSteps(Collector):
