@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
 
+from mindmotor.common.http_limits import resolve_protocol
 from mindmotor.common.tracing import Tracing
 from mindmotor.coordinator.dispatch.admission import Admission
 from mindmotor.coordinator.http.auth import APIKeys
@@ -114,7 +115,9 @@ def create_app(settings: CoordinatorSettings, coordinator: Coordinator | None = 
         c.started = True
         log.info("coordinator started", extra={
             "instances": len(c.table.all()), "models": c.catalog.names(), "policy": settings.policy,
-            "auth": c.keys.enabled, "rate_limit_rpm": settings.rate_limit_rpm, "scheme": settings.scheme})
+            "auth": c.keys.enabled, "rate_limit_rpm": settings.rate_limit_rpm, "scheme": settings.scheme,
+            "event_loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
+            "http": resolve_protocol(settings.http_protocol), "access_log": settings.access_log})
         try:
             yield
         finally:
