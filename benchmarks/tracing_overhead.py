@@ -1,17 +1,17 @@
 """What tracing costs: the request rate of a coordinator + worker pair exporting every request's
-spans (100 % sampling: a span per choice and per worker call at the coordinator; the call, queue,
-prefill and decode at the worker) over OTLP/HTTP, against an identical pair with tracing off.
+spans (100 % sampling: a span per choice and per worker call at the coordinator; the call at the
+worker, its queue, prefill and decode as attributes and events) over OTLP/HTTP, against an identical pair with tracing off.
 
 Both pairs run at once (a `--timing virtual` worker with a tiny random-weight model, so its time is
 host time; the coordinator as `mindmotor coordinator`); a closed-loop client (C keep-alive
 connections, `max_tokens` 4, non-streaming) drives one pair, then the other, alternating for
-`--rounds` rounds so both see the same background load. The OTLP receiver is an HTTP server in
+`--rounds` rounds so both see the same background load. The OTLP receiver (tests/support/otlp_receiver.py) is an HTTP server in
 this process that decodes every export (it shares the client's CPU). `throughput_ratio` =
 median(rate with tracing) / median(rate without); goal ≥ 0.90. On a shared host the rate swings
 with other load, so the pair's CPU seconds per request (coordinator + worker, from /proc) are
 reported too: `cpu_throughput_ratio` = CPU per request without / with tracing, the rate ratio a
 CPU-bound pair would see. `spans_received` checks the traced
-pair really exported (6 spans per request, warmups included; `measured_requests_traced` counts only
+pair really exported (3 spans per request, warmups included; `measured_requests_traced` counts only
 the measured ones).
 
     .venv/bin/python benchmarks/tracing_overhead.py --quick      # < 1 min
@@ -28,46 +28,21 @@ import os
 import statistics
 import sys
 import tempfile
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(REPO_ROOT / "tests" / "support"))    # the OTLP receiver the tests use
 
 from benchmarks.coordinator_overhead import (Server, closed_loop, completion_body, coordinator_args,  # noqa: E402
                                              tiny_model)
+from otlp_receiver import OtlpReceiver  # noqa: E402
 
 
 def log(msg: str) -> None:
     print(f"[tracing_overhead] {msg}", file=sys.stderr, flush=True)
-
-
-class Receiver:
-    """An OTLP/HTTP traces receiver counting the spans it decodes."""
-
-    def __init__(self):
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
-        self.spans = 0
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                request = ExportTraceServiceRequest.FromString(self.rfile.read(int(self.headers["Content-Length"])))
-                receiver.spans += sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
 def start_pair(model_dir: str, name: str, log_dir: Path, endpoint: str | None) -> list[Server]:
@@ -84,7 +59,7 @@ def start_pair(model_dir: str, name: str, log_dir: Path, endpoint: str | None) -
 
 
 def run(args) -> dict:
-    receiver = Receiver()
+    receiver = OtlpReceiver(keep=False)
     rounds = args.rounds or (3 if args.quick else 6)
     duration, warmup = (2.0, 0.5) if args.quick else (5.0, 1.0)
     with tempfile.TemporaryDirectory(prefix="tracing-overhead-") as tmp:
@@ -116,13 +91,13 @@ def run(args) -> dict:
             for servers in pairs.values():
                 for s in reversed(servers):            # SIGTERM: the traced ones flush their last spans
                     s.stop()
-        receiver.server.shutdown()
+        receiver.close()
     off, on = statistics.median(rates["off"]), statistics.median(rates["on"])
     cpu_off, cpu_on = statistics.median(cpu_ms["off"]), statistics.median(cpu_ms["on"])
     return {"throughput_ratio": round(on / off, 3), "rps_tracing_off": round(off, 1), "rps_tracing_on": round(on, 1),
             "cpu_ms_per_request_off": round(cpu_off, 2), "cpu_ms_per_request_on": round(cpu_on, 2),
             "cpu_throughput_ratio": round(cpu_off / cpu_on, 3), "loadavg_at_end": list(os.getloadavg()),
-            "rounds": rounds, "concurrency": args.concurrency, "spans_received": receiver.spans,
+            "rounds": rounds, "concurrency": args.concurrency, "spans_received": receiver.count,
             "measured_requests_traced": requests_on,     # (warmup requests are traced too, not counted)
             "rates": {k: [round(x, 1) for x in v] for k, v in rates.items()}}
 
