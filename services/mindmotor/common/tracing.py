@@ -24,6 +24,7 @@ import time
 import urllib.error
 import urllib.request
 from contextlib import contextmanager, nullcontext
+from contextvars import ContextVar
 
 log = logging.getLogger("mindmotor.tracing")
 
@@ -31,6 +32,9 @@ TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
 EXPORT_TIMEOUT_S = 10.0          # one OTLP export to the collector (the SDK exporter's default)
 SCOPE = "mindmotor"
+# the span of the request whose task runs (a worker's Generate call): work done in that task or in
+# tasks it starts (the shared KV tier's fetch) records its own span as a child of this one
+CURRENT_SPAN: ContextVar["Span | None"] = ContextVar("mindmotor_current_span", default=None)
 
 
 def wall_ns(reading: float, clock=time.monotonic) -> int:
@@ -146,6 +150,13 @@ class Tracing:
         """`start` as a context manager (nothing when off)."""
         span = self.start(name, parent, start_s, attributes, clock)
         return nullcontext() if span is None else self._ended(span)
+
+    def span_after(self, name: str, parent, start_s: float, end_s: float, attributes: dict | None = None,
+                   clock=time.monotonic) -> None:
+        """A span that already happened (`start_s`..`end_s`, readings of `clock`), recorded now."""
+        span = self.start(name, parent, start_s, attributes, clock)
+        if span is not None:
+            span.end(wall_ns(end_s, clock))
 
     def shutdown(self) -> None:
         if self._exporter is not None:

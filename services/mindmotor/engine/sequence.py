@@ -36,6 +36,7 @@ class Sequence:
     rng: np.random.Generator | None = None
     first_scheduled_time: float | None = None   # the start of its first step (vLLM: leaves WAITING)
     first_token_time: float | None = None
+    kv_tier_load: tuple[float, float, int] | None = None   # its last host-tier load: start, end (engine clock), blocks
     output_text: str = ""
     logprobs: list = field(default_factory=list)
     # prompt_logprobs asked: one per prompt token after the first, computed by this engine's prefill

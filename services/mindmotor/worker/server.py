@@ -56,7 +56,8 @@ async def serve(config: WorkerConfig) -> int:
     if config.kv_shared:
         from .kv_shared import SharedKVTier
 
-        shared = SharedKVTier(engine, config.redis_url, ttl_s=config.kv_shared_ttl_s, metrics=metrics)
+        shared = SharedKVTier(engine, config.redis_url, ttl_s=config.kv_shared_ttl_s, metrics=metrics,
+                              tracing=service.tracing)
         shared.start()
     health = HealthServicer()
     server, port = rpc.make_server(config.host, config.port, rpc.WORKER_POLICY, registry=metrics.registry,

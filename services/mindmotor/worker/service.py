@@ -34,7 +34,7 @@ import grpc
 
 from mindmotor.common.logging import request_context
 from mindmotor.common.roles import Role
-from mindmotor.common.tracing import Tracing, wall_ns
+from mindmotor.common.tracing import CURRENT_SPAN, Tracing, wall_ns
 from mindmotor.vocabulary import FinishReason, RefusalReason
 from mindmotor.engine.async_engine import KEEPALIVE, AsyncLLMEngine, EngineDeadError, RequestFailed
 from mindmotor.engine.continuation import Continuation
@@ -146,6 +146,7 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
         timer = self.metrics.request_timer()
         finish_reason = FinishReason.CANCELLED  # unless the engine finishes it: the client went away
         span = self._call_span(context, request_id, timer) if self.tracing.enabled else None
+        current = CURRENT_SPAN.set(span)
         try:
             async with aclosing(open_outputs()) as outputs:
                 async for out in outputs:
@@ -185,6 +186,7 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
             await _refuse(context, grpc.StatusCode.UNAVAILABLE, f"this worker's engine has stopped: {exc}",
                           ENGINE_DEAD)
         finally:
+            CURRENT_SPAN.reset(current)
             if span is not None:                  # refused, failed or cancelled
                 span.set_attribute("mindmotor.finish_reason", str(finish_reason or "refused"))
                 span.end()
@@ -215,6 +217,9 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
             "mindmotor.cached_tokens": out.num_cached_tokens, "mindmotor.preemptions": timings.preemptions,
             "mindmotor.finish_reason": str(out.finish_reason or ""), "mindmotor.queue_s": timings.queued_s,
             "mindmotor.prefill_s": timings.prefill_s, "mindmotor.decode_s": timings.decode_s})
+        if out.kv_tier_load is not None:         # its prefix loaded from the KV host tier
+            start, end_at, blocks = out.kv_tier_load
+            self.tracing.span_after("mindmotor.worker.kv_tier_load", span, start, end_at, {"mindmotor.blocks": blocks})
         span.add_event("mindmotor.worker.scheduled", timestamp=wall_ns(scheduled))
         span.add_event("mindmotor.worker.first_token", timestamp=wall_ns(first_token))
         span.end(wall_ns(end))
