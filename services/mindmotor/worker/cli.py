@@ -46,8 +46,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              "(queued, a long prefill), so that the coordinator can tell a waiting worker from "
              "a frozen one; 0: never (default: %(default)s)")
     add(net, "--otlp-traces-endpoint", metavar="URL",
-        help="export OpenTelemetry traces (the queue, prefill and decode of each call, under the caller's "
-             "traceparent) over OTLP/HTTP to this receiver (vLLM's flag; needs the tracing extra; default: off)")
+        help="export OpenTelemetry traces (each call with its queue, prefill and decode, KV transfers, "
+             "under the caller's traceparent) over OTLP/HTTP to this receiver (vLLM's flag; needs the "
+             "tracing extra; default: off)")
+    add(net, "--inject-delay", metavar="PHASE=SECONDS",
+        help="FOR TESTS ONLY: add SECONDS to every Generate call in PHASE — worker_queue (before the "
+             "engine has the request) or network (after its last token, before the last message) — "
+             "so that a latency analysis can be checked against a known cause (default: none)")
     add(net, "--engine-stall-timeout", type=float, metavar="SECONDS", setting="engine_stall_timeout_s",
         help="keepalives stop while the engine thread has not completed a step or an idle "
              "wait for this long, so the streams of a stuck engine go silent "

@@ -63,8 +63,10 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                  worker_id: str, model_name: str, role: Role | str = Role.MIXED, node: str = "",
                  kv_pull_timeout_s: float = 5.0, role_drain_timeout_s: float = 30.0,
                  specs: SpecChecker | None = None, stream_keepalive_s: float = 0.0,
-                 recall: OutputRecall | None = None, tracing: Tracing | None = None):
+                 recall: OutputRecall | None = None, tracing: Tracing | None = None,
+                 injected_delay: tuple[str, float] | None = None):
         self.engine = engine
+        self.injected_delay = injected_delay    # tests only (--inject-delay): (phase, seconds) of every Generate
         self.tracing = tracing or Tracing("mindmotor-worker")     # off unless an endpoint
         self.recall = recall or OutputRecall()   # every call's output, for a coordinator that takes over
         self.specs = specs                # None: specs are compiled by the engine alone (tests, tools)
@@ -147,7 +149,10 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
         finish_reason = FinishReason.CANCELLED  # unless the engine finishes it: the client went away
         span = self._call_span(context, request_id, timer) if self.tracing.enabled else None
         current = CURRENT_SPAN.set(span)
+        delay_phase, delay_s = self.injected_delay or ("", 0.0)
         try:
+            if delay_phase == "worker_queue":
+                await asyncio.sleep(delay_s)
             async with aclosing(open_outputs()) as outputs:
                 async for out in outputs:
                     if out is KEEPALIVE:
@@ -171,6 +176,8 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                             "completion_tokens": out.num_output_tokens,
                             "cached_tokens": out.num_cached_tokens, "ttft_s": timer.ttft_s,
                             "duration_s": timer.elapsed_s})
+                    if out.finished and delay_phase == "network":
+                        await asyncio.sleep(delay_s)
                     await context.write(response_from_output(out, timings))
         except RequestError as exc:
             finish_reason = None
