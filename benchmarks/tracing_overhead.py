@@ -4,20 +4,22 @@ worker, with its queue, prefill and decode as attributes and events) over OTLP/H
 identical pair with tracing off.
 
 Both pairs run at once (a `--timing virtual` worker with a tiny random-weight model, so its time is
-host time; the coordinator as `mindmotor coordinator`); a closed-loop client (C keep-alive
-connections, `max_tokens` 4, non-streaming) drives one pair, then the other, alternating the order
-for `--rounds` rounds. The OTLP receiver (tests/support/otlp_receiver.py) is an HTTP server in this
-process that decodes every export (it shares the client's CPU). On a shared host the rate swings
-with other load from one second to the next, so the ratio is taken per round, between two windows
-next to each other: `throughput_ratio` = median over rounds of (rate with tracing / rate without);
-goal ≥ 0.90 (`rps_tracing_on` / `rps_tracing_off`: the medians of the rates, for scale). The pair's
-CPU seconds per request (coordinator + worker, from /proc) are reported too:
-`cpu_throughput_ratio` = CPU per request without / with tracing, the rate ratio a CPU-bound pair
-would see. `spans_received` checks the traced pair really exported (3 spans per request, warmups
-included; `measured_requests_traced` counts only the measured ones).
+host time; the coordinator as `mindmotor coordinator`), and are driven at once: per round, two
+closed-loop clients in this process (C keep-alive connections each, `max_tokens` 4,
+non-streaming), one per pair, for the same seconds. The pairs are CPU-bound, so they share the
+host's cores and whatever else runs on them takes its CPU from both alike: the traced pair's rate,
+relative to the other's in the same round, is what its extra CPU per request costs. (Driving
+them one after the other, the rate swung 0.3-1.9x between adjacent windows on this shared host.)
+`throughput_ratio` = median over `--rounds` rounds of (rate with tracing / rate without); goal
+≥ 0.90. `rps_tracing_on` / `rps_tracing_off`: the medians of the rates, for scale. The OTLP
+receiver (tests/support/otlp_receiver.py) is an HTTP server in this process that decodes every
+export (it shares the clients' CPU). The pairs' CPU per request (coordinator + worker, from
+/proc) is reported too: `cpu_throughput_ratio` = CPU per request without / with tracing.
+`spans_received` checks the traced pair really exported (3 spans per request, warmups included;
+`measured_requests_traced` counts only the measured ones).
 
-    .venv/bin/python benchmarks/tracing_overhead.py --quick      # about 1 min
-    .venv/bin/python benchmarks/tracing_overhead.py              # about 2 min
+    .venv/bin/python benchmarks/tracing_overhead.py --quick      # 6 rounds of 2 s, about 40 s
+    .venv/bin/python benchmarks/tracing_overhead.py              # 12 rounds of 3 s, about 1 min
 
 Progress on stderr; ONE JSON object on the last line of stdout.
 """
@@ -64,7 +66,7 @@ def start_pair(model_dir: str, name: str, log_dir: Path, endpoint: str | None) -
 def run(args) -> dict:
     receiver = OtlpReceiver(keep=False)
     rounds = args.rounds or (6 if args.quick else 12)
-    duration, warmup = (1.5, 0.5) if args.quick else (3.0, 0.5)
+    duration, warmup = (2.0, 0.5) if args.quick else (3.0, 0.5)
     with tempfile.TemporaryDirectory(prefix="tracing-overhead-") as tmp:
         tmp_path = Path(tmp)
         model_dir = tiny_model(tmp_path / "model")
@@ -76,19 +78,27 @@ def run(args) -> dict:
             rates: dict[str, list[float]] = {"off": [], "on": []}
             cpu_ms: dict[str, list[float]] = {"off": [], "on": []}     # the pair's CPU per request
             requests_on = 0
+            names = ("off", "on")
+
+            async def both() -> list[dict]:
+                # the two pairs at once: whatever else the host runs takes its CPU from both alike
+                return await asyncio.gather(*(closed_loop(pairs[n][1].port, "/v1/completions", body,
+                                                          args.concurrency, duration, warmup) for n in names))
+
             for i in range(rounds):
-                for name in ("off", "on") if i % 2 == 0 else ("on", "off"):
-                    cpu_before = sum(s.cpu_s() for s in pairs[name])
-                    result = asyncio.run(closed_loop(pairs[name][1].port, "/v1/completions", body, args.concurrency,
-                                                     duration, warmup))
-                    cpu = sum(s.cpu_s() for s in pairs[name]) - cpu_before
+                cpu_before = {n: sum(s.cpu_s() for s in pairs[n]) for n in names}
+                results = asyncio.run(both())
+                for name, result in zip(names, results):
+                    cpu = sum(s.cpu_s() for s in pairs[name]) - cpu_before[name]
                     rates[name].append(result["rps"])
                     # the warmup ran at about the measured rate: its requests are in the CPU too
                     cpu_ms[name].append(1000 * cpu / max(1.0, result["rps"] * (duration + warmup)))
                     if name == "on":
                         requests_on += result["requests"]
-                    log(f"round {i} {name}: {result['rps']:.1f} req/s, p99 {result['p99_ms']:.1f} ms, "
-                        f"errors {result['errors']}")
+                log(f"round {i}: off {results[0]['rps']:.1f} req/s, on {results[1]['rps']:.1f} req/s "
+                    f"(ratio {results[1]['rps'] / max(results[0]['rps'], 1e-9):.3f}); p99 off "
+                    f"{results[0]['p99_ms']:.0f} ms, on {results[1]['p99_ms']:.0f} ms; errors "
+                    f"{results[0]['errors'] or ''}{results[1]['errors'] or ''}")
             time.sleep(1.0)                     # the last batches (exported every 5 s at most; shutdown flushes)
         finally:
             for servers in pairs.values():
