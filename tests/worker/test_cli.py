@@ -17,7 +17,7 @@ FLAGS = ["--model", "--port", "--device", "--emulate", "--timing", "--host", "--
          "--worker-id", "--kv-host-budget", "--stream-keepalive", "--engine-stall-timeout",
          "--long-prefill-token-threshold", "--max-num-partial-prefills", "--max-num-batched-attention",
          "--spec-helpers", "--spec-timeout", "--resume-retention", "--kv-host-bytes", "--cache-chunk-size",
-         "--prefetch-depth", "--kv-shared", "--kv-shared-ttl", "--redis-url-file"]
+         "--prefetch-depth", "--kv-shared", "--kv-shared-ttl", "--redis-url-file", "--inject-delay"]
 
 
 def test_flags_build_the_configs():
@@ -118,3 +118,14 @@ def test_the_shared_kv_tier_needs_a_redis_and_the_host_tier(tmp_path, monkeypatc
                                                     "--kv-host-bytes", "0"]))
     config = config_from_args(build_parser().parse_args(["worker", "--kv-shared", "--redis-url-file", str(url)]))
     assert config.kv_shared and config.redis_url == "redis://127.0.0.1:6379/0" and config.kv_shared_ttl_s == 600
+
+
+def test_the_test_only_delay_names_a_phase_and_seconds():
+    from mindmotor.worker.config import parse_injected_delay
+
+    config = config_from_args(build_parser().parse_args(["worker", "--inject-delay", "network=0.25"]))
+    assert parse_injected_delay(config.inject_delay) == ("network", 0.25)
+    assert config_from_args(build_parser().parse_args(["worker"])).inject_delay is None
+    for bad in ("prefill=1", "worker_queue", "worker_queue=-1", "worker_queue=x", "network=61"):
+        with pytest.raises(ValueError, match="PHASE=SECONDS"):
+            parse_injected_delay(bad)
