@@ -80,14 +80,17 @@ def run(args) -> dict:
             requests_on = 0
             names = ("off", "on")
 
-            async def both() -> list[dict]:
+            async def both(order: tuple[str, str]) -> dict[str, dict]:
                 # the two pairs at once: whatever else the host runs takes its CPU from both alike
-                return await asyncio.gather(*(closed_loop(pairs[n][1].port, "/v1/completions", body,
-                                                          args.concurrency, duration, warmup) for n in names))
+                # (which client connects and sends first alternates between rounds)
+                results = await asyncio.gather(*(closed_loop(pairs[n][1].port, "/v1/completions", body,
+                                                             args.concurrency, duration, warmup) for n in order))
+                return dict(zip(order, results))
 
             for i in range(rounds):
                 cpu_before = {n: sum(s.cpu_s() for s in pairs[n]) for n in names}
-                results = asyncio.run(both())
+                by_name = asyncio.run(both(names if i % 2 == 0 else names[::-1]))
+                results = [by_name[n] for n in names]
                 for name, result in zip(names, results):
                     cpu = sum(s.cpu_s() for s in pairs[name]) - cpu_before[name]
                     rates[name].append(result["rps"])
