@@ -10,7 +10,7 @@ appends it to a queue, and a thread of the service encodes the queue as OTLP pro
 wait, at most `OTEL_BSP_MAX_QUEUE_SIZE` (2048) waiting (more are dropped and counted), the SDK's
 batch processor's settings and defaults. The SDK's span costs about 80 µs of CPU to make and as
 much to encode on a loaded host, which put the 100 %-sampled throughput at 0.8× tracing off
-(benchmarks/tracing_overhead.py); this costs a few µs. What is kept of OpenTelemetry is the wire:
+(benchmarks/tracing_overhead.py); this costs about 9 µs to make and 45 µs to encode. What is kept of OpenTelemetry is the wire:
 W3C trace context in, OTLP/HTTP out, readable by any collector."""
 
 from __future__ import annotations
