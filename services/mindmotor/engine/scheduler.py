@@ -207,15 +207,41 @@ class Scheduler:
         budget = StepBudget(tokens=c.max_num_batched_tokens, attention_limit=c.max_num_batched_attention or None,
                             chunk_tokens=c.long_prefill_token_threshold, chunked=c.enable_chunked_prefill,
                             lower_class_tokens=c.lower_class_prefill_tokens)
-        ran_dry = self._schedule_running(out, budget, prefills=False)        # every decode
+        urgent = self._urgent_prefill_priority()
+        if urgent is not None:
+            budget.lower_class_spent = budget.lower_class_tokens    # nor their prefill chunks
+        ran_dry = self._schedule_running(out, budget, prefills=False, below=urgent)    # every decode (but ...)
         if not ran_dry:      # waiting sequences ahead of every running prefill go before its chunk
             first = next((s for s in self.running if s.num_tokens - s.num_computed_tokens > 1), None)
             self._schedule_waiting(out, budget, ahead_of=first)
         ran_dry = self._schedule_running(out, budget, prefills=True) or ran_dry
         if not ran_dry:
             self._schedule_waiting(out, budget)
+        if urgent is not None and not any(s.seq.priority <= urgent and s.num_new_tokens > 1 for s in out.scheduled):
+            budget.lower_class_spent = 0      # the urgent prefill could not run: nothing is deferred
+            ran_dry = self._schedule_running(out, budget, prefills=False) or ran_dry
+            ran_dry = self._schedule_running(out, budget, prefills=True) or ran_dry
+            if not ran_dry:
+                self._schedule_waiting(out, budget)
         self.aging_misses += sum(1 for seq in aged if seq.status is SequenceStatus.WAITING)
         return out
+
+    def _urgent_prefill_priority(self) -> int | None:
+        """With `lower_class_prefill_tokens` on: the priority of a prefill (running, or the next
+        waiting sequence) more urgent than some running decode — a step that computes it defers the
+        decodes of less urgent sequences to the next step, so that the step carrying a first token
+        is not stretched by their KV reads. None: no such prefill (every decode runs)."""
+        if not self.config.lower_class_prefill_tokens or not self.running:
+            return None
+        urgent = self.waiting[0].priority if self.waiting else None
+        least = None
+        for seq in self.running:
+            if seq.num_tokens - seq.num_computed_tokens > 1:
+                if urgent is None or seq.priority < urgent:
+                    urgent = seq.priority
+            elif least is None or seq.priority > least:
+                least = seq.priority
+        return urgent if urgent is not None and least is not None and urgent < least else None
 
     def batch_wait_until(self, now: float) -> float | None:
         """When an idle engine (nothing running, nothing loading) with fewer than
@@ -256,12 +282,15 @@ class Scheduler:
             return None
         return self.config.priority_aging_s + longest_step_s
 
-    def _schedule_running(self, out: SchedulerOutput, budget: StepBudget, prefills: bool) -> bool:
-        """Every decode (`prefills` False), or every unfinished prefill's next chunk, each in
-        order; when the pool runs dry, preempt from the back of the order (True then)."""
+    def _schedule_running(self, out: SchedulerOutput, budget: StepBudget, prefills: bool,
+                          below: int | None = None) -> bool:
+        """Every decode (`prefills` False; `below`: only those of a priority up to it), or every
+        unfinished prefill's next chunk, each in order; when the pool runs dry, preempt from the
+        back of the order (True then)."""
         scheduled = {id(s.seq) for s in out.scheduled}
         in_order = [(s, n) for s in self.running
-                    if ((n := s.num_tokens - s.num_computed_tokens) > 1) == prefills and id(s) not in scheduled]
+                    if ((n := s.num_tokens - s.num_computed_tokens) > 1) == prefills and id(s) not in scheduled
+                    and (below is None or s.priority <= below)]
         preempted = len(out.preempted)
         for seq, num_remaining in in_order:
             if budget.tokens <= 0:

@@ -71,7 +71,8 @@ class StepBudget:
     lower_class_tokens: int = 0              # prefill tokens of sequences less urgent than the step's most
                                              # urgent one; 0: no cap
     lower_class_spent: int = 0
-    top_priority: int | None = None          # the most urgent priority this step holds so far
+    top_priority: int | None = 0             # the most urgent priority this step holds so far (0: the default
+                                             # class; less urgent ones are background work, always capped)
     _charged: dict[int, tuple[int, int, int]] = field(default_factory=dict)   # id(seq) → (tokens, pairs, lower)
 
     def num_new_tokens(self, num_remaining: int, num_computed: int, priority: int | None = None) -> int:
