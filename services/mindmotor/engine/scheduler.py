@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import bisect
 import heapq
-import itertools
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -48,7 +47,8 @@ class SchedulerConfig:
     max_num_partial_prefills: int = 1         # prompts part-way through their prefill at once
     max_num_batched_attention: int = 0        # prefill query–key pairs per step; 0: no limit
     # SLO classes (module docstring, "Classes")
-    priority_aging_s: float = 0.0             # a request waiting this long goes ahead of all that have not; 0: never
+    priority_aging_s: float = 0.0             # a class that has waited this long for a start: its oldest request goes
+                                              # ahead of all others (a bounded wait, no starvation); 0: no aging
     lower_class_prefill_tokens: int = 0       # prefill tokens of less urgent sequences in a step with more urgent
                                               # work; 0: no cap beyond the step's budgets
     preferred_batch_size: int = 0             # an idle engine waits for this many waiting requests ...
@@ -107,10 +107,12 @@ class Scheduler:
         self.running: list[Sequence] = []   # sorted the same way
         self.num_preemptions = 0
         self.num_class_preemptions = 0      # of them, to admit a more urgent (or aged) waiting sequence
-        self._unaged: list[tuple[float, int, Sequence]] = []   # heap by arrival: waiting, not yet aged
-        self._unaged_ids = itertools.count()
-        self.num_aged = 0                   # sequences that waited priority_aging_s
-        self.aging_misses = 0               # aged ones not admitted by the step that aged them (see wait_bound_s)
+        # aging: per priority, since when that class waits for its next start (its last start, or the
+        # arrival of its oldest waiting request if it had none waiting then)
+        self._class_since: dict[int, float] = {}
+        self.class_wait_max: dict[int, float] = {}   # per priority: the longest such wait that ended in a start
+        self.num_aged = 0                   # requests aged (a class waited priority_aging_s)
+        self.aging_misses = 0               # aged ones not started by the step that aged them (see wait_bound_s)
         self.kv_tier = None                 # the KV host tier (kv_tier.HostKVTier), if any
         # Whether a waiting sequence may be admitted now (lora_slots.LoraSlots.ready: its adapter
         # is in a device slot); one that may not stays queued without holding back the others.
@@ -120,8 +122,6 @@ class Scheduler:
     def add(self, seq: Sequence) -> None:
         seq.status = SequenceStatus.WAITING
         heapq.heappush(self.waiting, seq)
-        if self.config.priority_aging_s and not seq.aged:
-            heapq.heappush(self._unaged, (seq.arrival_time, next(self._unaged_ids), seq))
 
     def finish(self, seq: Sequence, status: SequenceStatus) -> None:
         """A running sequence is done: release its blocks."""
@@ -257,27 +257,48 @@ class Scheduler:
         return until if now < until else None
 
     def _age(self, now: float) -> list[Sequence]:
-        """Mark the waiting sequences that have waited `priority_aging_s` (since their arrival) as
-        aged: ahead of every sequence that is not, oldest first, and never preempted for one."""
+        """Aging: a class (a priority) whose waiting requests have not seen one of theirs start for
+        `priority_aging_s` — since its last start, or since its oldest waiting request arrived —
+        has that oldest request aged: ahead of every request that is not, and never preempted for
+        one. So every class starts a request at least every `priority_aging_s` (plus the step under
+        way), however busy the more urgent ones keep the engine; its own backlog stays in its order."""
         limit = self.config.priority_aging_s
         if not limit:
             return []
+        oldest: dict[int, Sequence] = {}
+        for seq in self.waiting:
+            head = oldest.get(seq.priority)
+            if head is None or seq.arrival_time < head.arrival_time:
+                oldest[seq.priority] = seq
+        for priority in [p for p in self._class_since if p not in oldest]:
+            del self._class_since[priority]         # nothing of it waits: no clock
         aged = []
-        while self._unaged and self._unaged[0][0] + limit <= now:
-            seq = heapq.heappop(self._unaged)[2]
-            if seq.status is SequenceStatus.WAITING and not seq.aged:
-                seq.aged = True
-                aged.append(seq)
+        for priority, head in oldest.items():
+            since = self._class_since.setdefault(priority, head.arrival_time)
+            if now - since >= limit and not head.aged and not any(s.aged for s in self.waiting
+                                                                     if s.priority == priority):
+                head.aged = True
+                aged.append(head)
         if aged:
             self.num_aged += len(aged)
             heapq.heapify(self.waiting)
         return aged
 
+    def _started(self, seq: Sequence, now: float) -> None:
+        """`seq` left the queue for a run (or its KV load): its class's wait for a start ends."""
+        if not self.config.priority_aging_s:
+            return
+        since = self._class_since.get(seq.priority)
+        if since is not None:
+            self.class_wait_max[seq.priority] = max(self.class_wait_max.get(seq.priority, 0.0), now - since)
+        self._class_since[seq.priority] = now
+
     def wait_bound_s(self, longest_step_s: float) -> float | None:
-        """The longest a request waits from its arrival to its first step with aging on, given the
-        longest step: `priority_aging_s` until it is aged, then at most the step under way — if no
-        aged request missed the step after (`aging_misses`: all running requests aged, its adapter
-        not loaded, its KV not yet pulled). None without aging, or after a miss."""
+        """With aging, the longest a class with waiting requests waits for one of them to start
+        (`class_wait_max`), given the longest step: `priority_aging_s` until its oldest is aged, then
+        at most the step under way — if no aged request missed the step after (`aging_misses`: every
+        running request aged, its adapter not loaded, no room for its KV). None without aging, or
+        after a miss."""
         if not self.config.priority_aging_s or self.aging_misses:
             return None
         return self.config.priority_aging_s + longest_step_s
@@ -351,6 +372,7 @@ class Scheduler:
                         continue
                     break
                 if self.kv_tier is not None and self.kv_tier.admit(self, seq):
+                    self._started(seq, self.clock())
                     continue                  # parked while its prefix loads from the host tier
                 if seq.kv_source is not None:
                     if not self._admit_for_kv(seq):
@@ -385,6 +407,7 @@ class Scheduler:
                 seq.num_computed_tokens = admitted.num_cached_tokens
                 seq.status = SequenceStatus.RUNNING
                 bisect.insort(self.running, seq)
+                self._started(seq, self.clock())
                 num_remaining = seq.num_tokens - seq.num_computed_tokens
                 if admitted.num_new_tokens < num_remaining:
                     partial += 1
@@ -424,6 +447,7 @@ class Scheduler:
         seq.num_cached_tokens = max(seq.num_cached_tokens, admitted.num_cached_tokens)
         seq.num_computed_tokens = admitted.num_cached_tokens
         seq.status = SequenceStatus.WAITING_FOR_KV
+        self._started(seq, self.clock())
         self.kv.start_load(seq, admitted.num_cached_tokens)
         return True
 
