@@ -14,6 +14,20 @@ Order: lower `priority` first, then earlier arrival (within decodes, and within 
 block pool runs dry, the running sequence that comes last in that order is preempted (its blocks
 freed, recomputed later) — even one already scheduled in this step, which then gives its tokens back.
 
+Classes (a `priority` is a class: the coordinator's SLO classes map to −10, 0, 10):
+- a waiting sequence that finds no slot or no blocks preempts the running one last in the order if
+  it is of a less urgent class (vLLM's priority policy); waiting sequences ahead of every running
+  prefill are admitted before its chunk, and one more urgent than every prompt part-way through
+  is not held back by `max_num_partial_prefills`;
+- `lower_class_prefill_tokens`: beside more urgent work — and always for priorities above 0 —
+  less urgent prompts' chunks get at most that many tokens a step (`StepBudget`), and a step that
+  starts a more urgent prompt computes nothing of the less urgent sequences;
+- `priority_aging_s`: a class that has waited that long for a start has its oldest waiting
+  sequence aged — ahead of every sequence that is not, never preempted for one (`_age`) — so no
+  class waits more than that plus one step for a start (`wait_bound_s`);
+- `batch_timeout_s` / `preferred_batch_size`: an idle engine waits for a fuller batch
+  (`batch_wait_until`; Triton's dynamic batching).
+
 The scheduler owns every holder of blocks: the running set, and through its KV connector
 (`kv_connector.SchedulerKVConnector`) the prefills pinned for a decode worker and the
 continuations waiting for their KV (`WAITING_FOR_KV`). A waiting continuation with a KV source is
