@@ -23,13 +23,14 @@ priority imposes; the scheduler's `class_wait_max`) and `batch_wait_bound_s` the
 guarantees on it: `priority_aging_s` + the run's longest step (null if an aged request missed
 the step after — `aging.misses`). Under the flood's own overload a batch request also queues
 behind earlier batch requests, as in FCFS: `batch_max_queue_s` (arrival to its first step),
-which no class order shortens. `interactive_ttft_floor_p99_s`: the TTFT that no scheduler that
-runs whole steps beats — the rest of the step under way at arrival, then the prompt's prefill in
-a step of its own — in the priority run, over the isolated p99
-(`interactive_ttft_floor_p99_vs_isolated`): where that exceeds 1.5, so must
-`interactive_ttft_p99_vs_isolated`.
+which no class order can bound. `interactive_ttft_floor_p99_s`: the least TTFT a scheduler that
+cuts no step short could give the priority run's interactive requests — the rest of the step
+under way at arrival, then the prompt's prefill in a step of its own — over the isolated p99
+(`interactive_ttft_floor_p99_vs_isolated`): where that exceeds 1.5 so must
+`interactive_ttft_p99_vs_isolated`, and only shorter batch steps (fewer batch decodes at once:
+their KV reads) could lower it.
 
-    .venv/bin/python benchmarks/priority.py --quick     # ~1 minute
+    .venv/bin/python benchmarks/priority.py --quick     # 30 emulated seconds of arrivals (~10-30 s)
     .venv/bin/python benchmarks/priority.py             # 120 emulated seconds of arrivals
 
 Progress on stderr; ONE JSON object on the last line of stdout.
