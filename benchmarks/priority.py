@@ -16,7 +16,7 @@ tokens of requests that met their class's targets (interactive: TTFT and TPOT of
 classes; batch has none, so every batch token counts) per emulated second of the run.
 
 The priority run's engine has `priority_aging_s` (`--priority-aging-s`, 2 s) and
-`lower_class_prefill_tokens` (`--lower-class-prefill-tokens`, 256; engine/scheduler.py,
+`lower_class_prefill_tokens` (`--lower-class-prefill-tokens`, 192; engine/scheduler.py,
 "Classes"); the FCFS baseline is vLLM's fcfs (neither). `batch_max_wait_s` is the longest the
 batch class waited for one of its requests to start while it had requests waiting (the wait
 priority imposes; the scheduler's `class_wait_max`) and `batch_wait_bound_s` the bound aging
@@ -61,7 +61,7 @@ DEVICE, PROFILE, BLOCK = "910B3", "llama2-7b", 16
 SHAPES = {"interactive": (256, 64), "batch": (1024, 256)}       # (prompt, output) tokens
 INTERACTIVE_SHARE = 0.2                                         # of the requests
 AGING_S = 2.0                   # the priority run's priority_aging_s
-LOWER_CLASS_TOKENS = 256        # ... and lower_class_prefill_tokens
+LOWER_CLASS_TOKENS = 192        # ... and lower_class_prefill_tokens
 
 
 class Clock:
