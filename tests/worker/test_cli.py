@@ -17,7 +17,8 @@ FLAGS = ["--model", "--port", "--device", "--emulate", "--timing", "--host", "--
          "--worker-id", "--kv-host-budget", "--stream-keepalive", "--engine-stall-timeout",
          "--long-prefill-token-threshold", "--max-num-partial-prefills", "--max-num-batched-attention",
          "--spec-helpers", "--spec-timeout", "--resume-retention", "--kv-host-bytes", "--cache-chunk-size",
-         "--prefetch-depth", "--kv-shared", "--kv-shared-ttl", "--redis-url-file", "--inject-delay"]
+         "--prefetch-depth", "--kv-shared", "--kv-shared-ttl", "--redis-url-file", "--priority-aging-s",
+         "--lower-class-prefill-tokens", "--preferred-batch-size", "--batch-timeout-s", "--inject-delay"]
 
 
 def test_flags_build_the_configs():
@@ -92,6 +93,19 @@ def test_fair_prefill_flags_default_to_a_bounded_step_and_refuse_nonsense(capsys
     assert "expected a number of query-key pairs or 'auto'" in capsys.readouterr().err
     with pytest.raises(ValueError, match="max_num_partial_prefills"):
         config_from_args(build_parser().parse_args(["worker", "--max-num-partial-prefills", "0"]))
+
+
+def test_slo_class_and_batch_timeout_flags_reach_the_engine_and_refuse_nonsense():
+    default = config_from_args(build_parser().parse_args(["worker"])).engine
+    assert (default.priority_aging_s, default.lower_class_prefill_tokens) == (10.0, 256)
+    assert (default.batch_timeout_s, default.preferred_batch_size) == (0.0, 0)          # no waiting for a batch
+    args = build_parser().parse_args(["worker", "--priority-aging-s", "2.5", "--lower-class-prefill-tokens", "0",
+                                      "--preferred-batch-size", "8", "--batch-timeout-s", "0.002"])
+    e = config_from_args(args).engine
+    assert (e.priority_aging_s, e.lower_class_prefill_tokens, e.preferred_batch_size, e.batch_timeout_s) == \
+        (2.5, 0, 8, 0.002)
+    with pytest.raises(ValueError, match="priority_aging_s"):
+        config_from_args(build_parser().parse_args(["worker", "--priority-aging-s", "-1"]))
 
 
 def test_the_kv_host_tier_flags_take_sizes_and_refuse_nonsense(capsys):

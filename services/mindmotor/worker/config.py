@@ -32,8 +32,11 @@ READY_PREFIX = "MINDMOTOR_WORKER_READY"
 Port = Field(ge=0, le=65535)
 # Where `mindmotor worker` differs from the library's defaults: it serves in real time, and bounds a
 # step's prefill attention by the served model's host cost (engine/step_budget.py).
-# And it keeps a KV host tier (engine/kv_tier.py) of 5% of the machine's memory.
-ENGINE_DEFAULTS = EngineConfig(timing="realtime", max_num_batched_attention=None, kv_host_bytes=None)
+# And it keeps a KV host tier (engine/kv_tier.py) of 5% of the machine's memory. With SLO classes
+# (engine/scheduler.py, "Classes") no class waits more than 10 s for a start, and a batch-class
+# prompt computes at most 256 tokens in a step beside more urgent work.
+ENGINE_DEFAULTS = EngineConfig(timing="realtime", max_num_batched_attention=None, kv_host_bytes=None,
+                               priority_aging_s=10.0, lower_class_prefill_tokens=256)
 
 
 def default_worker_id() -> str:
