@@ -34,7 +34,7 @@ import grpc
 
 from mindmotor.common.logging import request_context
 from mindmotor.common.roles import Role
-from mindmotor.common.tracing import Tracing, wall_ns
+from mindmotor.common.tracing import CURRENT_SPAN, Tracing, wall_ns
 from mindmotor.vocabulary import FinishReason, RefusalReason
 from mindmotor.engine.async_engine import KEEPALIVE, AsyncLLMEngine, EngineDeadError, RequestFailed
 from mindmotor.engine.continuation import Continuation
@@ -63,8 +63,10 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                  worker_id: str, model_name: str, role: Role | str = Role.MIXED, node: str = "",
                  kv_pull_timeout_s: float = 5.0, role_drain_timeout_s: float = 30.0,
                  specs: SpecChecker | None = None, stream_keepalive_s: float = 0.0,
-                 recall: OutputRecall | None = None, tracing: Tracing | None = None):
+                 recall: OutputRecall | None = None, tracing: Tracing | None = None,
+                 injected_delay: tuple[str, float] | None = None):
         self.engine = engine
+        self.injected_delay = injected_delay    # tests only (--inject-delay): (phase, seconds) of every Generate
         self.tracing = tracing or Tracing("mindmotor-worker")     # off unless an endpoint
         self.recall = recall or OutputRecall()   # every call's output, for a coordinator that takes over
         self.specs = specs                # None: specs are compiled by the engine alone (tests, tools)
@@ -77,7 +79,7 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
         self.model_info = read_model_info(engine.info.model_dir, model_name, engine.info.max_model_len)
         self.model_digest = digest_only(self.model_info)
         self.roles = RoleSwitch(admission, role, role_drain_timeout_s)
-        self.kv = WorkerKVConnector(engine, metrics, node, kv_pull_timeout_s)
+        self.kv = WorkerKVConnector(engine, metrics, node, kv_pull_timeout_s, tracing=self.tracing)
 
     @property
     def role(self) -> Role:
@@ -162,7 +164,12 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
         timer = self.metrics.request_timer()
         finish_reason = FinishReason.CANCELLED  # unless the engine finishes it: the client went away
         outs: list = []
+        span = self._call_span(context, request_id, timer) if self.tracing.enabled else None
+        current = CURRENT_SPAN.set(span)
+        delay_phase, delay_s = self.injected_delay or ("", 0.0)
         try:
+            if delay_phase == "worker_queue":
+                await asyncio.sleep(delay_s)
             async with aclosing(open_outputs()) as outputs:
                 async for out in outputs:
                     if out is KEEPALIVE:
@@ -174,8 +181,9 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                     timings = None
                     if out.finished:
                         timings = timer.timings(out)
-                        if self.tracing.enabled:
-                            self._trace(context, request_id, timer, timings, out)
+                        if span is not None:
+                            self._end_call_span(span, timer, timings, out)
+                            span = None
                         record.finish_reason, record.stop_reason = out.finish_reason or "", out.stop_reason
                         # Before the write: a client that closes the call as soon as it has the last
                         # message may cancel the write, but the request finished, not "cancelled".
@@ -186,6 +194,8 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                                 "completion_tokens": out.num_output_tokens,
                                 "cached_tokens": out.num_cached_tokens, "ttft_s": timer.ttft_s,
                                 "duration_s": timer.elapsed_s})
+                    if out.finished and delay_phase == "network":
+                        await asyncio.sleep(delay_s)
                     if collect is None:
                         await context.write(response_from_output(out, timings))
                     else:
@@ -206,6 +216,11 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
             await _refuse(context, grpc.StatusCode.UNAVAILABLE, f"this worker's engine has stopped: {exc}",
                           ENGINE_DEAD)
         finally:
+            CURRENT_SPAN.reset(current)
+            if span is not None:                  # refused, failed or cancelled
+                span.set_attribute("mindmotor.finish_reason", str(finish_reason or "refused"))
+                span.end()
+            self.kv.trace_parents.pop(request_id, None)
             if finish_reason is not None:
                 timer.on_finish(finish_reason)
             if finish_reason == FinishReason.CANCELLED:
@@ -214,21 +229,33 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
             await _refuse(context, grpc.StatusCode.INTERNAL, "the engine ended the request without finishing it",
                           REQUEST_FAILED)
 
-    def _trace(self, context, request_id: str, timer, timings, out) -> None:
-        """The call's spans, under the caller's traceparent: the call, and its queue, prefill and
-        decode (`RequestTimings`: they tile the call)."""
-        parent = self.tracing.extract(context.invocation_metadata() or ())
-        call = self.tracing.start("mindmotor.worker.generate", parent, timer.started, {
-            "mindmotor.request_id": request_id, "mindmotor.worker_id": self.worker_id,
+    def _call_span(self, context, request_id: str, timer):
+        """The call's span, under the caller's traceparent, open while the call runs: a KV pull
+        for it (`kv_connector`) is its child."""
+        span = self.tracing.start("mindmotor.worker.generate", self.tracing.extract(context.invocation_metadata() or ()),
+                                  timer.started, {"mindmotor.request_id": request_id,
+                                                  "mindmotor.worker_id": self.worker_id})
+        self.kv.trace_parents[request_id] = span
+        return span
+
+    def _end_call_span(self, span, timer, timings, out) -> None:
+        """The finished call's figures, and its queue / prefill / decode (`RequestTimings`: they tile
+        the call) as attributes and two events (the first step, the first token) — no span per
+        phase: spans are what tracing costs (benchmarks/tracing_overhead.py)."""
+        scheduled = timer.started + timings.queued_s
+        first_token = scheduled + timings.prefill_s
+        end = first_token + timings.decode_s
+        span.set_attributes({
             "mindmotor.prompt_tokens": out.num_prompt_tokens, "mindmotor.output_tokens": out.num_output_tokens,
             "mindmotor.cached_tokens": out.num_cached_tokens, "mindmotor.preemptions": timings.preemptions,
-            "mindmotor.finish_reason": str(out.finish_reason or "")})
-        at = timer.started
-        for name, seconds in (("queue", timings.queued_s), ("prefill", timings.prefill_s),
-                              ("decode", timings.decode_s)):
-            self.tracing.start(f"mindmotor.worker.{name}", call, at).end(wall_ns(at + seconds))
-            at += seconds
-        call.end(wall_ns(at))
+            "mindmotor.finish_reason": str(out.finish_reason or ""), "mindmotor.queue_s": timings.queued_s,
+            "mindmotor.prefill_s": timings.prefill_s, "mindmotor.decode_s": timings.decode_s})
+        if out.kv_tier_load is not None:         # its prefix loaded from the KV host tier
+            start, end_at, blocks = out.kv_tier_load
+            self.tracing.span_after("mindmotor.worker.kv_tier_load", span, start, end_at, {"mindmotor.blocks": blocks})
+        span.add_event("mindmotor.worker.scheduled", timestamp=wall_ns(scheduled))
+        span.add_event("mindmotor.worker.first_token", timestamp=wall_ns(first_token))
+        span.end(wall_ns(end))
 
     # ---- Abort, Status, ModelInfo, Drain ----------------------------------------------------------------
     async def Abort(self, request: pb.AbortRequest, context) -> pb.AbortResponse:
@@ -269,6 +296,14 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
 
     # ---- Prefill, PullKV, ReleaseKV, SetRole -------------------------------------------------
     async def Prefill(self, request: pb.PrefillRequest, context) -> pb.PrefillResponse:
+        if not self.tracing.enabled:
+            return await self._prefill(request, context)
+        with self.tracing.span("mindmotor.worker.prefill_only", self.tracing.extract(context.invocation_metadata() or ()),
+                               attributes={"mindmotor.request_id": request.request_id,
+                                           "mindmotor.worker_id": self.worker_id}):
+            return await self._prefill(request, context)
+
+    async def _prefill(self, request: pb.PrefillRequest, context) -> pb.PrefillResponse:
         request_id = request.request_id or uuid.uuid4().hex
         with request_context(request_id):
             prompt, params, _ = await self._admit(request_id, request, context)
@@ -303,13 +338,23 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                 return prefill_response(out, ids, self.node, self.engine.info.block_size)
 
     async def PullKV(self, request: pb.PullKVRequest, context):
+        span = None
+        if self.tracing.enabled:           # a child of the decode worker's kv_pull (none without one)
+            parent = self.tracing.extract(context.invocation_metadata() or ())
+            if parent is not None:
+                span = self.tracing.start("mindmotor.worker.kv_read", parent, attributes={
+                    "mindmotor.kv_handle": request.handle, "mindmotor.skip_blocks": request.skip_blocks})
         try:
-            chunks = await self.kv.read(request.handle, request.skip_blocks, request.blocks_per_chunk)
-        except KeyError:
-            await context.abort(grpc.StatusCode.NOT_FOUND,
-                                f"no pinned KV under handle {request.handle!r} (released or expired)")
-        for chunk in chunks:
-            await context.write(chunk)
+            try:
+                chunks = await self.kv.read(request.handle, request.skip_blocks, request.blocks_per_chunk)
+            except KeyError:
+                await context.abort(grpc.StatusCode.NOT_FOUND,
+                                    f"no pinned KV under handle {request.handle!r} (released or expired)")
+            for chunk in chunks:
+                await context.write(chunk)
+        finally:
+            if span is not None:
+                span.end()
 
     async def ReleaseKV(self, request: pb.ReleaseKVRequest, context) -> pb.ReleaseKVResponse:
         return pb.ReleaseKVResponse(found=await self.kv.release(request.handle))

@@ -217,9 +217,13 @@ class Generation:
         cost = len(req.prompt_token_ids)
         call_id = f"{req.request_id}.p.{secrets.token_hex(3)}"
         self.source = (instance.instance_id, call_id)
+        call_span = None
+        if self.span is not None:
+            call_span = self.tracing.start("mindmotor.prefill_call", self.span, attributes={
+                "mindmotor.instance_id": instance.instance_id, "mindmotor.worker_request_id": call_id})
         call = self.channels.stub(instance.address).Prefill(
             prefill_request(call_id, req.prompt_token_ids, req.sampling.to_proto(), req.priority, req.lora),
-            timeout=self.prefill_timeout_s)
+            timeout=self.prefill_timeout_s, metadata=Tracing.inject(call_span) or None)
         watch = self._watch(instance, call, deadline=False)     # unary: no keepalives, only the table's word
         self.router.table.begin(instance.instance_id, cost)
         self.metrics.routed.labels(req.model, instance.instance_id).inc()
@@ -244,6 +248,8 @@ class Generation:
             watch.close()
             call.cancel()
             self.router.table.end(instance.instance_id, cost)
+            if call_span is not None:
+                call_span.end()
         if response.handle:
             self.handoff = Handoff(instance, response)
         self.instances.append(instance.instance_id)
