@@ -205,7 +205,10 @@ class LLMEngine:
             max_model_len=self.max_model_len, enable_chunked_prefill=config.enable_chunked_prefill,
             long_prefill_token_threshold=config.long_prefill_token_threshold,
             max_num_partial_prefills=config.max_num_partial_prefills,
-            max_num_batched_attention=attention_budget), self.block_manager, clock=clock)
+            max_num_batched_attention=attention_budget, priority_aging_s=config.priority_aging_s,
+            lower_class_prefill_tokens=config.lower_class_prefill_tokens,
+            preferred_batch_size=config.preferred_batch_size, batch_timeout_s=config.batch_timeout_s),
+            self.block_manager, clock=clock)
         if self.cost_only:
             self.kv_cache = NoKVCache(config.block_size, profile.num_kv_heads, profile.head_dim)
             self.runner = CostOnlyRunner()
@@ -625,9 +628,11 @@ class LLMEngine:
 
     def idle_wait_s(self, longest: float) -> float:
         """How long a loop with nothing runnable may wait before the next step (at most `longest`):
-        until the next host-tier load ends."""
-        ready = self.next_kv_ready_at()
-        return longest if ready is None else min(longest, max(0.0, ready - self.clock()))
+        until the next host-tier load ends, or an idle engine waiting for a fuller batch
+        (`batch_timeout_s`) starts anyway."""
+        now = self.clock()
+        times = [t for t in (self.next_kv_ready_at(), self.scheduler.batch_wait_until(now)) if t is not None]
+        return min([longest] + [max(0.0, t - now) for t in times])
 
     def has_runnable_requests(self) -> bool:
         """Whether a step now can make progress without news from outside (a KV load finishing, an

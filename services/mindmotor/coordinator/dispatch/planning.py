@@ -64,6 +64,7 @@ async def generate(c: Coordinator, request: Request, request_id: str, model: Ser
                                                       c.settings.slo_classes[slo_class]), c.settings.max_retry,
                                           c.settings.prefill_timeout_s, retry_after_s=c.settings.retry_after_s,
                                           guard=c.guard))
+            generations[-1].unary = not stream       # read whole: one unary worker call per attempt
             if c.tracing.enabled:
                 generations[-1].tracing, generations[-1].trace_parent = c.tracing, trace_parent
             prompt_indices.append(p_index)

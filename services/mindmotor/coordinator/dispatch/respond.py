@@ -71,11 +71,17 @@ async def respond(request: Request, choices: ChoiceSet, prompt_indices: list[int
         ticket.release()
         served.finish()
 
-    try:
-        await until_disconnect(request, choices.start())
+    async def whole() -> list[ChoiceResult]:
+        await choices.start()
         served.started()
-        if not stream:
-            results = await until_disconnect(request, _collect(choices, prompt_indices))
+        return await _collect(choices, prompt_indices)
+
+    try:
+        if stream:
+            await until_disconnect(request, choices.start())
+            served.started()
+        else:
+            results = await until_disconnect(request, whole())
     except BaseException as exc:
         served.failed(exc)
         await close()
