@@ -1,5 +1,7 @@
 """Shared pieces of the engine benchmarks: the benchmark checkpoint, trace lengths, and the
-virtual-clock driver that runs an `LLMEngine` on emulated 910B time.
+virtual-clock driver that runs an `LLMEngine` on emulated 910B time; and of the front-door
+benchmarks: closed-loop load generation over keep-alive HTTP/1.1 with the CPU of the processes
+served (end of the file).
 
 The virtual clock
 -----------------
@@ -355,3 +357,240 @@ def r3(x: float) -> float:
 
 def r4(x: float) -> float:
     return round(float(x), 4)
+
+
+# ---- load generation against a served API (closed loop, keep-alive HTTP/1.1) --------------------
+# What the front-door benchmarks share (front_door_scale.py, up_throughput.py): a small hand-written
+# HTTP/1.1 client on asyncio (much cheaper per request than httpx, so that a 2-core host's client
+# is not what saturates), a closed-loop driver, a sweep over concurrency that stops where the rate
+# stops rising, and the CPU time of server processes (and their descendants) from /proc.
+CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+SHORT_PROMPT_IDS = [11, 12, 13, 14, 15, 16, 17, 18]
+
+
+def _proc_stat(pid: int) -> tuple[int, float] | None:
+    """(parent pid, user + system CPU seconds) of a live process, None if it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[1]), (int(fields[11]) + int(fields[12])) / CLK_TCK
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def process_tree(root: int) -> list[int]:
+    """`root` and its live descendants (from /proc: every process's parent)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            stat = _proc_stat(int(entry))
+            if stat is not None:
+                children.setdefault(stat[0], []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, ()))
+    return out
+
+
+def proc_cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+def cpu_s(pids) -> float:
+    """Sum of user + system CPU seconds of the live processes among `pids`."""
+    return sum(s[1] for s in (_proc_stat(p) for p in pids) if s is not None)
+
+
+def completion_body(model: str, max_tokens: int = 1, prompt=SHORT_PROMPT_IDS) -> bytes:
+    """A short greedy non-streamed `/v1/completions` body (token-id prompt, `ignore_eos`)."""
+    return json.dumps({"model": model, "prompt": list(prompt), "max_tokens": max_tokens, "temperature": 0,
+                       "ignore_eos": True}).encode()
+
+
+class HTTPConnection:
+    """One keep-alive HTTP/1.1 connection on asyncio streams. Enough for JSON request/response:
+    Content-Length or chunked response bodies."""
+
+    def __init__(self, host: str, port: int, headers: dict[str, str] | None = None):
+        self.host, self.port = host, port
+        self.extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+        self.reader = None
+        self.writer = None
+
+    async def connect(self) -> None:
+        import asyncio
+        self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.writer = None
+
+    async def request(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
+        if self.writer is None:
+            await self.connect()
+        head = (f"{method} {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n{self.extra}"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+        self.writer.write(head + body)
+        header = await self.reader.readuntil(b"\r\n\r\n")
+        lines = header.decode("latin-1").split("\r\n")
+        status = int(lines[0].split(" ", 2)[1])
+        headers = {}
+        for line in lines[1:]:
+            if ":" in line:
+                k, v = line.split(":", 1)
+                headers[k.strip().lower()] = v.strip()
+        if "content-length" in headers:
+            data = await self.reader.readexactly(int(headers["content-length"]))
+        elif headers.get("transfer-encoding", "").lower() == "chunked":
+            parts = []
+            while True:
+                size = int((await self.reader.readuntil(b"\r\n")).split(b";")[0], 16)
+                chunk = await self.reader.readexactly(size + 2)
+                if size == 0:
+                    break
+                parts.append(chunk[:-2])
+            data = b"".join(parts)
+        else:
+            data = await self.reader.read()
+            self.close()
+        if headers.get("connection", "").lower() == "close":
+            self.close()
+        return status, data
+
+
+async def closed_loop(host: str, port: int, path: str, body: bytes, concurrency: int, duration_s: float,
+                      warmup_s: float, method: str = "POST", headers: dict[str, str] | None = None) -> dict:
+    """`concurrency` keep-alive connections, each sending its next request as soon as the previous
+    answer arrives, for warmup_s + duration_s; rate and latency over the measured part only (a
+    request counts if it finished inside it; non-200 answers and connection errors are counted
+    under `errors`)."""
+    import asyncio
+
+    conns = [HTTPConnection(host, port, headers) for _ in range(concurrency)]
+    await asyncio.gather(*(c.connect() for c in conns))
+    start = time.perf_counter()
+    measure_from = start + warmup_s
+    stop_at = measure_from + duration_s
+    latencies: list[float] = []
+    errors: dict[str, int] = {}
+
+    async def loop(conn: HTTPConnection) -> None:
+        while True:
+            t = time.perf_counter()
+            if t >= stop_at:
+                return
+            try:
+                status, _ = await conn.request(method, path, body)
+            except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
+                errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
+                conn.close()
+                await asyncio.sleep(0.01)
+                continue
+            done = time.perf_counter()
+            if measure_from <= done < stop_at:
+                if status == 200:
+                    latencies.append(done - t)
+                else:
+                    errors[f"http_{status}"] = errors.get(f"http_{status}", 0) + 1
+
+    await asyncio.gather(*(loop(c) for c in conns))
+    for c in conns:
+        c.close()
+    ms = np.asarray(latencies) * 1000.0
+    return {"concurrency": concurrency, "requests": len(latencies), "rps": len(latencies) / duration_s,
+            "p50_ms": float(np.percentile(ms, 50)) if len(ms) else math.nan,
+            "p99_ms": float(np.percentile(ms, 99)) if len(ms) else math.nan, "errors": errors}
+
+
+def measure_level(host: str, port: int, path: str, body: bytes, concurrency: int, duration_s: float,
+                  warmup_s: float, cpu: dict[str, Callable[[], float]] | None = None,
+                  headers: dict[str, str] | None = None) -> dict:
+    """One closed-loop level (`closed_loop`, its own event loop) plus, per name in `cpu` (a callable
+    giving CPU seconds so far), the cores it used over the level (`cpu_cores`) and its CPU
+    milliseconds per completed request (`cpu_ms_per_request`; warmup's CPU included, so slightly
+    high); the client (this process) under "client"."""
+    import asyncio
+
+    cpu = cpu or {}
+    cpu0 = {k: f() for k, f in cpu.items()}
+    client0, wall0 = time.process_time(), time.perf_counter()
+    row = asyncio.run(closed_loop(host, port, path, body, concurrency, duration_s, warmup_s, headers=headers))
+    wall = time.perf_counter() - wall0
+    row["cpu_cores"] = {k: round((f() - cpu0[k]) / wall, 3) for k, f in cpu.items()}
+    row["cpu_cores"]["client"] = round((time.process_time() - client0) / wall, 3)
+    done = row["rps"] * wall
+    row["cpu_ms_per_request"] = {k: round(v * wall * 1000 / done, 3) if done else None
+                                 for k, v in row["cpu_cores"].items()}
+    return row
+
+
+def sweep_levels(name: str, host: str, port: int, path: str, body: bytes, levels: list[int], duration_s: float,
+                 warmup_s: float, cpu: dict[str, Callable[[], float]] | None = None,
+                 headers: dict[str, str] | None = None, min_stop_concurrency: int = 16,
+                 logger: Callable[[str], None] = log) -> dict:
+    """`measure_level` at each concurrency in `levels` until the rate stops rising (two levels in a
+    row < 5 % above the best, not before `min_stop_concurrency`: on a shared host one level can
+    dip). Returns the levels and the peak (`max_rps`, its concurrency, p50 and p99)."""
+    rows, best, flat = [], 0.0, 0
+    for c in levels:
+        row = measure_level(host, port, path, body, c, duration_s, warmup_s, cpu, headers)
+        rows.append(row)
+        logger(f"  {name} C={c:<4} {row['rps']:8.1f} req/s  p50 {row['p50_ms']:7.2f} ms  p99 {row['p99_ms']:7.2f} ms"
+               f"  cpu {row['cpu_cores']}" + (f"  errors {row['errors']}" if row["errors"] else ""))
+        flat = 0 if row["rps"] > best * 1.05 else flat + 1
+        best = max(best, row["rps"])
+        if flat >= 2 and c >= min_stop_concurrency:
+            break
+    peak = max(rows, key=lambda r: r["rps"])
+    return {"levels": rows, "max_rps": peak["rps"], "at_concurrency": peak["concurrency"],
+            "p50_ms_at_max": peak["p50_ms"], "p99_ms_at_max": peak["p99_ms"]}
+
+
+def best_under_p99(levels: list[dict], p99_ms: float) -> dict | None:
+    """The level with the highest rate whose p99 is under `p99_ms` and that had no error."""
+    ok = [r for r in levels if r["p99_ms"] < p99_ms and not r["errors"]]
+    return max(ok, key=lambda r: r["rps"]) if ok else None
+
+
+def strict_json(obj):
+    """NaN (no measurement) -> None, recursively, so that the output is strict JSON."""
+    if isinstance(obj, float) and obj != obj:
+        return None
+    if isinstance(obj, dict):
+        return {k: strict_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict_json(v) for v in obj]
+    return obj
+
+
+def sweep_interleaved(targets: dict[str, tuple[str, int, dict[str, Callable[[], float]]]], path: str, body: bytes,
+                      levels: list[int], duration_s: float, warmup_s: float, headers: dict[str, str] | None = None,
+                      min_stop_concurrency: int = 16, logger: Callable[[str], None] = log) -> dict[str, dict]:
+    """`sweep_levels` over several servers at once, alternating them at every level (name ->
+    (host, port, cpu callables)), so that each level of each sees the same background load: on a
+    shared host a load that changes between two sequential sweeps would otherwise decide their
+    ratio. Stops when every server's rate has stopped rising (as `sweep_levels`)."""
+    rows: dict[str, list[dict]] = {name: [] for name in targets}
+    best = {name: 0.0 for name in targets}
+    flat = {name: 0 for name in targets}
+    for c in levels:
+        for name, (host, port, cpu) in targets.items():
+            row = measure_level(host, port, path, body, c, duration_s, warmup_s, cpu, headers)
+            rows[name].append(row)
+            logger(f"  {name} C={c:<4} {row['rps']:8.1f} req/s  p50 {row['p50_ms']:7.2f} ms  p99 {row['p99_ms']:7.2f} ms"
+                   f"  cpu {row['cpu_cores']}" + (f"  errors {row['errors']}" if row["errors"] else ""))
+            flat[name] = 0 if row["rps"] > best[name] * 1.05 else flat[name] + 1
+            best[name] = max(best[name], row["rps"])
+        if all(f >= 2 for f in flat.values()) and c >= min_stop_concurrency:
+            break
+    out = {}
+    for name, levels_done in rows.items():
+        peak = max(levels_done, key=lambda r: r["rps"])
+        out[name] = {"levels": levels_done, "max_rps": peak["rps"], "at_concurrency": peak["concurrency"],
+                     "p50_ms_at_max": peak["p50_ms"], "p99_ms_at_max": peak["p99_ms"]}
+    return out

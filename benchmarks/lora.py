@@ -18,6 +18,13 @@ makespan (capacity). `throughput_vs_base` and `ttft_p99_vs_base`: Poisson arriva
 that cannot keep up stretches its makespan). The same online run with as many slots as adapters
 (`online.multi_lora_all_slots`) separates the cost of the LoRA work and slot loads from the cost of
 the 4-slot limit (a step's batch holds at most `max_loras` adapters, as vLLM's `--max-loras`).
+The bound (`online.bound`, printed on stderr; not in the last line, whose keys are the issue's):
+no schedule whose steps mix at most `max_loras` adapters can finish the online requests sooner than
+`makespan_bound` — each request makes one token per step, after its arrival, and every step lasts
+at least the cost model's shortest LoRA step — so `throughput_vs_base` cannot exceed
+`online.bound.throughput_vs_base_upper_bound`, whatever the scheduler does. At --quick (200
+requests) the last arrivals leave 16 adapters' work to finish through 4 places per step, and the
+bound is below the 0.90 goal.
 `outputs_match_reference`: a tiny real model (numpy forward) serves 16 random PEFT-format adapters
 and base requests mixed through 4 slots; every greedy output equals that request computed alone
 by the dense reference forward with its adapter (model/llama.py `forward_dense`).
@@ -91,6 +98,40 @@ def run_once(requests, max_loras: int | None, num_adapters: int, rank: int) -> d
             "slot_load_s": stats.lora["load_s"] if stats.lora else 0.0}
 
 
+def step_floor_s(rank: int) -> float:
+    """The emulated time of the shortest step that has a LoRA row: one token of one sequence,
+    decode or prefill, at the smallest context (a step's time grows with its rows and contexts;
+    most of it reads the weights, whatever the batch)."""
+    from mindmotor.device.cost_model import LoraStepShape, StepShape
+
+    engine = LLMEngine(EngineConfig(runner="cost_only", emulate=PROFILE, device=DEVICE, timing="virtual"))
+    cost = engine.device.cost_model
+    lora = LoraStepShape(rows=1, adapters=1, rank=rank, targets=TARGETS)
+    return min(cost.step(StepShape(decodes=[1], lora=lora)).seconds,
+               cost.step(StepShape(prefills=[(1, 0)], lora=lora)).seconds)
+
+
+def makespan_bound(requests, max_loras: int, floor_s: float) -> dict:
+    """A lower bound of the makespan of ANY schedule whose steps mix at most `max_loras` adapters:
+    a request making L tokens is in at least L steps (one token per step), none before it
+    arrives; so after time T, each adapter a is in at least M_a(T) more steps (the longest output
+    among its requests arriving at T or later — its other requests may share those steps), every
+    step holds at most `max_loras` adapters and lasts at least `floor_s`:
+        makespan >= max over T of  T + floor_s · Σ_a M_a(T) / max_loras.
+    (Slot copies, prefills and bigger batches only lengthen steps.)"""
+    best = {"makespan_lower_bound_s": 0.0}
+    ordered = sorted(requests, key=lambda r: r.arrival_s)
+    longest: dict[str, int] = {}
+    for r in reversed(ordered):                     # T = each arrival, latest first
+        longest[r.lora] = max(longest.get(r.lora, 0), r.output_len)
+        steps = sum(longest.values()) / max_loras
+        bound = r.arrival_s + floor_s * steps
+        if bound > best["makespan_lower_bound_s"]:
+            best = {"makespan_lower_bound_s": bound, "from_s": r.arrival_s, "adapters_left": len(longest),
+                    "steps_left_at_least": steps}
+    return {**best, "step_floor_s": floor_s}
+
+
 def check_outputs(num_adapters: int, seed: int, n: int = 24, max_tokens: int = 6) -> bool:
     """Mixed through 4 slots on a tiny real model == each request alone on the dense reference."""
     from mindmotor.model.llama import LlamaModel
@@ -143,6 +184,13 @@ def run(num_requests: int = 400, num_adapters: int = 16, max_loras: int = 4, ran
     mixed_on = run_once(online, max_loras, num_adapters, rank)
     all_slots_on = run_once(online, num_adapters, num_adapters, rank)
     match = check_outputs(num_adapters, seed, n=check_requests)
+    bound = makespan_bound(online, max_loras, step_floor_s(rank))
+    bound["throughput_vs_base_upper_bound"] = r4(base_on["makespan_s"] / bound["makespan_lower_bound_s"])
+    log(f"[lora] bound: no schedule mixing at most {max_loras} adapters per step can finish the online run "
+        f"before {bound['makespan_lower_bound_s']:.2f} s (after t={bound['from_s']:.2f} s, {bound['adapters_left']} "
+        f"adapters still need {bound['steps_left_at_least']:.0f} steps of at least "
+        f"{bound['step_floor_s'] * 1e3:.1f} ms) -> throughput_vs_base <= {bound['throughput_vs_base_upper_bound']:.3f} "
+        f"(measured {mixed_on['throughput_tok_per_s'] / base_on['throughput_tok_per_s']:.3f}, goal 0.90)")
     log(f"[lora] burst throughput: base {base['throughput_tok_per_s']:.0f} tok/s, multi-LoRA "
         f"{mixed['throughput_tok_per_s']:.0f}, one adapter per batch {single['throughput_tok_per_s']:.0f}; "
         f"TTFT p99 at {rate:.2f} req/s: base {base_on['ttft_p99_s'] * 1e3:.0f} ms, multi-LoRA "
@@ -157,7 +205,8 @@ def run(num_requests: int = 400, num_adapters: int = 16, max_loras: int = 4, ran
         "online": {"base": base_on, "multi_lora": mixed_on, "multi_lora_all_slots": all_slots_on,
                    "all_slots_throughput_vs_base": r4(all_slots_on["throughput_tok_per_s"]
                                                       / base_on["throughput_tok_per_s"]),
-                   "all_slots_ttft_p99_vs_base": r4(all_slots_on["ttft_p99_s"] / base_on["ttft_p99_s"])},
+                   "all_slots_ttft_p99_vs_base": r4(all_slots_on["ttft_p99_s"] / base_on["ttft_p99_s"]),
+                   "bound": bound},
         "adapters": num_adapters,
         "max_loras": max_loras,
         "throughput_vs_base": r4(mixed_on["throughput_tok_per_s"] / base_on["throughput_tok_per_s"]),

@@ -2,8 +2,8 @@
 (a) real processes — four `mindmotor worker --timing realtime --emulate qwen2-7b` on an emulated
 910B3 behind a `mindmotor coordinator` (least_load), an HTTP streaming client
 (benchmarks/pd_realtime.py's harness) — and (b) the simulator with the same cluster description.
-Compared: p50/p90 TTFT and TPOT (target: within 10%) as the client sees them, against the simulator
-with the cluster's measured serving-path overhead (`ClusterSpec.frontend_overhead_s`); and as the
+Compared: p50/p90 TTFT and TPOT (target: within 10%; TTFT within 5%) as the client sees them,
+against `mindmotor simulate` with the serving-path overhead measured in the run (below); and as the
 workers log them, against the simulator without it (the engines alone).
 
 The simulator prices HTTP, the coordinator, tokenization and gRPC as one measured constant per
@@ -15,6 +15,15 @@ worker's per request (joined on the request id): the serving path as measured un
     python benchmarks/sim_vs_realtime.py [--requests 80] [--rate 2] [--kind mixed_chunked]
     python benchmarks/sim_vs_realtime.py --measure-overhead   # the serving path's per-request cost
 
+The serving path the simulator adds is measured by the run itself: after the realtime run, the
+client's TTFT p50 minus the workers' logged TTFT p50 (`frontend_overhead_ms_measured`) is handed to
+`mindmotor simulate --frontend-overhead-ms` (the CLI, as a user runs it, on the same slice written as
+a CSV and the same cluster description as a JSON file), whose TTFT p50 and p90 are then compared
+with the client's (goal: within 5 %; `ttft_within_5pct`). The simulator with its default overhead
+(`ClusterSpec.frontend_overhead_s`, the last measurement documented in docs/emulator.md) is
+reported beside it (`errors_with_default_overhead`). `--frontend-overhead-ms MS` feeds a given
+figure instead of the run's.
+
 `--measure-overhead` is where `ClusterSpec.frontend_overhead_s`'s default comes from: one request
 at a time (max_tokens 1, a short prompt) through the idle cluster; the client's TTFT minus the
 emulated step that prefills it (what the worker's emulated card sleeps) is the path around it:
@@ -25,11 +34,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import csv
 import json
+import os
+import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -136,6 +148,24 @@ def measure_frontend_overhead(n: int = 30, prompt_tokens: int = 32, seed: int = 
             "overhead_p90_s": round(percentile(overhead, 90), 5)}
 
 
+def simulate_cli(spec: ClusterSpec, trace: list[TraceRequest], overhead_ms: float, work_dir: Path) -> dict:
+    """`mindmotor simulate --json` on `trace` (written as a CSV) and `spec` (a JSON cluster file)
+    with `--frontend-overhead-ms overhead_ms`, in a process of its own: its summary."""
+    trace_csv, cluster_json = work_dir / "slice.csv", work_dir / "cluster.json"
+    with open(trace_csv, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(("arrival_s", "prompt_tokens", "output_tokens"))
+        writer.writerows((repr(t.arrival_s), t.prompt_tokens, t.output_tokens) for t in trace)
+    cluster = {k: v for k, v in asdict(spec).items() if k != "frontend_overhead_s"}
+    cluster_json.write_text(json.dumps(cluster))
+    cmd = [sys.executable, "-m", "mindmotor.cli", "simulate", "--trace", str(trace_csv), "--cluster", str(cluster_json),
+           "--frontend-overhead-ms", repr(overhead_ms), "--json"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(f"mindmotor simulate exited {done.returncode}: {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=80)
@@ -145,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--measure-overhead", action="store_true",
                         help="measure the serving path's per-request overhead and exit")
+    parser.add_argument("--frontend-overhead-ms", type=float, default=None, metavar="MS",
+                        help="feed this serving path to `mindmotor simulate` (default: the client's TTFT p50 "
+                             "minus the workers' logged TTFT p50, measured in this run)")
     args = parser.parse_args(argv)
     if args.measure_overhead:
         print(json.dumps(measure_frontend_overhead(seed=args.seed)))
@@ -152,9 +185,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from benchmarks import pd_realtime
 
+    load_at_start = [round(x, 2) for x in os.getloadavg()]     # a busy host's queueing shows as serving path
     trace = trace_slice(args.requests, args.rate)
     spec = sim_spec(args.kind, args.chunk_tokens)
-    sim = summarize(simulate(spec, trace))                  # what the client sees
+    default_sim = summarize(simulate(spec, trace))          # the default overhead (the last measurement)
     engines = summarize(simulate(replace(spec, frontend_overhead_s=0.0), trace))   # what workers log
     rng = np.random.default_rng(args.seed)
     requests = [BenchRequest(f"r{i}", random_tokens(rng, 512, t.prompt_tokens), t.output_tokens, t.arrival_s)
@@ -166,26 +200,40 @@ def main(argv: list[str] | None = None) -> int:
 
     logged = worker_logged(log_dir, args.kind)
     path = serving_path_s(log_dir, args.kind)
-    rows, errors, engine_errors = [], {}, {}
+    measured_ms = (percentile(real["ttft_s"], 50) - percentile(logged["ttft_s"], 50)) * 1e3
+    overhead_ms = args.frontend_overhead_ms if args.frontend_overhead_ms is not None else max(0.0, measured_ms)
+    log(f"serving path measured (client TTFT p50 - worker-logged TTFT p50): {measured_ms:.2f} ms; "
+        f"mindmotor simulate --frontend-overhead-ms {overhead_ms:.2f}")
+    sim = simulate_cli(spec, trace, overhead_ms, log_dir)    # what the client sees
+    rows, errors, engine_errors, default_errors = [], {}, {}, {}
     for metric in ("ttft", "tpot"):
         for q in (50, 90):
             r = percentile(real[f"{metric}_s"], q)
             w = percentile(logged[f"{metric}_s"], q)
             s, e = sim[f"{metric}_s"][f"p{q}"], engines[f"{metric}_s"][f"p{q}"]
+            d = default_sim[f"{metric}_s"][f"p{q}"]
             errors[f"{metric}_p{q}"] = round(s / r - 1, 4)
             engine_errors[f"{metric}_p{q}"] = round(e / w - 1, 4)
+            default_errors[f"{metric}_p{q}"] = round(d / r - 1, 4)
             rows.append(f"{metric.upper()} p{q:<3} client {r * 1e3:7.1f} ms  simulated {s * 1e3:7.1f} ms "
-                        f"{(s / r - 1) * 100:+6.1f}%   worker-logged {w * 1e3:7.1f} ms  simulated engines "
+                        f"{(s / r - 1) * 100:+6.1f}% (default overhead {d * 1e3:7.1f} ms {(d / r - 1) * 100:+6.1f}%)"
+                        f"   worker-logged {w * 1e3:7.1f} ms  simulated engines "
                         f"{e * 1e3:7.1f} ms {(e / w - 1) * 100:+6.1f}%")
     print("\n".join(rows))
     worst = max(errors, key=lambda k: abs(errors[k]))
     print(json.dumps({"kind": args.kind, "requests": len(requests), "rate": args.rate,
+                      "loadavg_at_start": load_at_start,
                       "max_abs_error": abs(errors[worst]), "worst": worst, "errors": errors,
                       "max_abs_error_vs_worker_logged": max(abs(v) for v in engine_errors.values()),
                       "errors_vs_worker_logged": engine_errors,
                       "realtime_failed": real["failed"], "host_lag_share": real["host_lag_share"],
                       "host_bound": real["host_bound"], "sim_wall_s": round(sim["wall_s"], 3),
-                      "frontend_overhead_s": spec.frontend_overhead_s,
+                      "frontend_overhead_ms_measured": round(measured_ms, 3),
+                      "frontend_overhead_ms_fed": round(overhead_ms, 3),
+                      "ttft_p50_error": errors["ttft_p50"], "ttft_p90_error": errors["ttft_p90"],
+                      "ttft_within_5pct": abs(errors["ttft_p50"]) <= 0.05 and abs(errors["ttft_p90"]) <= 0.05,
+                      "default_frontend_overhead_s": spec.frontend_overhead_s,
+                      "errors_with_default_overhead": default_errors,
                       "client_minus_worker_ttft_p50_s": round(percentile(real["ttft_s"], 50)
                                                               - percentile(logged["ttft_s"], 50), 4),
                       "coordinator_minus_worker_p50_s": round(percentile(path, 50), 4) if path else None,

@@ -64,10 +64,14 @@ def test_text_lines_carry_the_fields_and_mask_secrets(restore_root_logger, monke
     assert secret not in line
 
 
-def test_json_lines_hold_no_terminal_escapes(restore_root_logger):
+def test_json_lines_hold_no_terminal_escapes(restore_root_logger, monkeypatch):
     stream = io.StringIO()
     setup_logging("svc", "INFO", stream=stream, log_format="json")
-    logging.getLogger("uvicorn.error").info("\x1b[32mINFO\x1b[0m:     started \x1b[1mserver\x1b[0m")
+    uvicorn_log = logging.getLogger("uvicorn.error")
+    # an in-process uvicorn run earlier in this process (a coordinator test) set its own level
+    monkeypatch.setattr(uvicorn_log, "level", logging.NOTSET)
+    monkeypatch.setattr(uvicorn_log, "propagate", True)
+    uvicorn_log.info("\x1b[32mINFO\x1b[0m:     started \x1b[1mserver\x1b[0m")
     assert json.loads(stream.getvalue())["msg"] == "INFO:     started server"
 
 

@@ -5,13 +5,13 @@ teardown."""
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import threading
 from pathlib import Path
 
 import pytest
 
+from mindmotor.common.event_loop import run
 from mindmotor.common.waiting import wait_until
 from mindmotor.coordinator.app import create_app
 from mindmotor.coordinator.config import load_settings
@@ -90,7 +90,7 @@ class InProcessCoordinator:
 
     def _run(self, sock) -> None:
         try:
-            asyncio.run(self.server.serve(sockets=[sock]))
+            run(self.server.serve(sockets=[sock]), self.settings.event_loop)   # uvloop where installed, as served
         except BaseException as exc:  # noqa: BLE001 - reported by the constructor
             self._error = exc
 

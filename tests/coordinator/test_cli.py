@@ -19,7 +19,8 @@ API_KEY = given_secret("sk-cli-key")
 def test_cli_serves_logs_json_with_request_ids_and_stops_on_sigterm(virtual_workers, tiny_ckpt, model_name, tmp_path):
     c = CoordinatorProcess(tmp_path / "coordinator.log", "--worker", virtual_workers[0].address,
                            "--worker", f"{virtual_workers[1].address},weight=2", "--model-dir", str(tiny_ckpt),
-                           "--policy", "weighted_round_robin", "--api-key", API_KEY, "--max-requests", "50")
+                           "--policy", "weighted_round_robin", "--api-key", API_KEY, "--max-requests", "50",
+                           "--access-log")
     try:
         with httpx.Client(base_url=c.url, timeout=30, headers={"Authorization": f"Bearer {API_KEY}"}) as http:
             assert http.get("/health").status_code == 200

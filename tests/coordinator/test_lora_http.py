@@ -103,13 +103,16 @@ def test_adapters_through_the_api(setup, make_coordinator, tiny_ckpt, model_name
         bad = client.post("/v1/load_lora_adapter", json={"lora_name": "poet", "lora_path": str(broken)}, headers=admin)
         assert bad.status_code == 400 and "DoRA" in bad.json()["error"]["message"]
         assert completion(client, "poet").status_code == 404                     # nothing changed
-        ok = client.post("/v1/load_lora_adapter", json={"lora_name": "poet", "lora_path": str(paths["poet"])},
-                         headers=admin)
+        ok = client.post("/v1/load_lora_adapter", json={"lora_name": "poet", "lora_path": str(paths["poet"]),
+                                                        "load_inplace": True}, headers=admin)
         assert ok.status_code == 200 and ok.json()["instances"] == 2, ok.text
+        assert ok.headers["x-mindmotor-ignored-fields"] == "load_inplace"   # ignored and named, as everywhere
         assert logprob_tokens("poet") == greedy(model, load_adapter(paths["poet"], model.config, 16))
 
-        gone = client.post("/v1/unload_lora_adapter", json={"lora_name": "poet"}, headers=admin)
+        gone = client.post("/v1/unload_lora_adapter", json={"lora_name": "poet", "lora_int_id": 2, "force": True},
+                           headers=admin)
         assert gone.status_code == 200 and gone.json()["instances"] == 2
+        assert gone.headers["x-mindmotor-ignored-fields"] == "force"
         assert completion(client, "poet").status_code == 404
         assert client.post("/v1/unload_lora_adapter", json={"lora_name": "poet"}, headers=admin).status_code == 404
         stop.set()

@@ -76,3 +76,25 @@ def test_the_controller_source_hands_the_weights_to_the_router():
 
     asyncio.run(run())
     assert received == [{"m": {"v1": 1, "v2": 1}}, {}]
+
+
+class Adapters:
+    """What `AdapterDirectory` tells the router: every instance holds "sql", only v1's in a slot."""
+
+    def holders(self, name):
+        return {"m-v1", "m-v2"} if name == "sql" else set()
+
+    def resident(self, name):
+        return {"m-v1"}
+
+
+def test_an_adapters_own_split_applies_to_its_requests_alone():
+    router = Router(table_with("v1", "v2"), lambda model: RoundRobin())
+    router.adapter_affinity.directory = Adapters()
+    router.set_table_traffic(traffic_from_table(cpb.RoutingTable(traffic=[
+        split("d", "m", v1=100), cpb.TrafficSplit(deployment="d", model="m", adapter="sql", weights={"v1": 1, "v2": 1})])))
+    assert router.traffic("m") == {"v1": 100} and router.traffic("m", "sql") == {"v1": 1, "v2": 1}
+    assert set(picks(router, "m", 4)) == {"v1"}                         # the base model: v1 alone
+    sql = [router.pick("m", RouteRequest([1], 1, lora="sql")).version for _ in range(4)]
+    assert sorted(sql) == ["v1", "v1", "v2", "v2"]                      # v2 gets its half, in a slot or not
+    assert router.traffic("m", "poet") == {"v1": 100}                   # another adapter: the model's split

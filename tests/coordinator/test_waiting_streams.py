@@ -1,9 +1,12 @@
-"""A request that legitimately waits on a real worker — queued behind another one for several
-progress deadlines — is not given up while the worker's keepalives flow; a worker that sends
-none (`--stream-keepalive 0`) looks frozen to the same coordinator, and the request is given up."""
+"""A streamed request that legitimately waits on a real worker — queued behind another one for
+several progress deadlines — is not given up while the worker's keepalives flow; a worker that
+sends none (`--stream-keepalive 0`) looks frozen to the same coordinator, and the request is given
+up. (A non-streamed request is one unary call, which carries no keepalives: the progress guard
+watches it for the routing table's word only — the first request below is one.)"""
 
 from __future__ import annotations
 
+import json
 import threading
 
 import httpx
@@ -25,15 +28,15 @@ def test_a_queued_request_is_not_given_up_while_keepalives_flow(tiny_ckpt, tmp_p
     try:
         answers: dict[str, httpx.Response] = {}
 
-        def complete(name: str, max_tokens: int) -> None:
+        def complete(name: str, max_tokens: int, stream: bool = False) -> None:
             answers[name] = httpx.post(f"{c.url}/v1/completions", timeout=60, json={
                 "model": model_name, "prompt": f"the {name} one", "max_tokens": max_tokens, "temperature": 0,
-                "ignore_eos": True})
+                "ignore_eos": True, "stream": stream, **({"stream_options": {"include_usage": True}} if stream else {})})
 
         first = threading.Thread(target=complete, args=("first", LONG_TOKENS))
         first.start()
         wait_until(lambda: worker.status().load.running == 1, timeout=20)   # the only sequence slot taken
-        complete("queued", 4)
+        complete("queued", 4, stream=True)     # a stream: its first piece is awaited before the answer starts
         first.join(60)
 
         assert answers["first"].status_code == 200
@@ -41,7 +44,9 @@ def test_a_queued_request_is_not_given_up_while_keepalives_flow(tiny_ckpt, tmp_p
         assert answers["queued"].status_code == queued_outcome, answers["queued"].text
         stalls = c.coordinator.metrics.stream_stalls.labels(model_name, "deadline")._value.get()
         if queued_outcome == 200:
-            assert answers["queued"].json()["usage"]["completion_tokens"] == 4
+            usage = [json.loads(line[6:])["usage"] for line in answers["queued"].text.splitlines()
+                     if line.startswith("data: {") and json.loads(line[6:]).get("usage")]
+            assert usage[-1]["completion_tokens"] == 4
             assert stalls == 0
         else:
             assert stalls >= 1         # silent for the deadline: given up, the only instance marked

@@ -94,9 +94,10 @@ class Cluster:
             args += ["--redis-url", REDIS_URL, "--redis-prefix", redis_prefix]
         return self.spawn("deployer", args, "MINDMOTOR_DEPLOYER_READY")
 
-    def start_coordinator(self) -> ChildProcess:
+    def start_coordinator(self, *extra: str) -> ChildProcess:
         return self.spawn("coordinator", ["coordinator", "--host", "127.0.0.1", "--port", "0", "--controller",
-                                          self.controller_address, "--model", f"{self.model}={self.model_dir}"],
+                                          self.controller_address, "--model", f"{self.model}={self.model_dir}",
+                                          *extra],
                           "MINDMOTOR_COORDINATOR_READY")
 
     def client(self, deployer: ChildProcess, admin_token: str | None = None) -> DeployerClient:

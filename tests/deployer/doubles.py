@@ -55,16 +55,21 @@ class ControllerView:
     def ready(self, deployment, version):
         return self.ready_counts.get((deployment, version), 0)
 
-    def traffic(self, deployment):
-        return self.table.get(deployment)
+    def traffic(self, deployment, adapter=""):
+        return self.table.get(f"{deployment}@{adapter}" if adapter else deployment)
 
-    async def set_traffic(self, deployment, model, weights):
-        self.pushes.append((deployment, dict(weights)))
+    def traffic_entries(self, deployment):
+        return {key.partition("@")[2]: entry for key, entry in self.table.items()
+                if key.partition("@")[0] == deployment}
+
+    async def set_traffic(self, deployment, model, weights, adapter=""):
+        key = f"{deployment}@{adapter}" if adapter else deployment
+        self.pushes.append((key, dict(weights)))
         if not self.deaf:
             if weights:
-                self.table[deployment] = (model, dict(weights))
+                self.table[key] = (model, dict(weights))
             else:
-                self.table.pop(deployment, None)
+                self.table.pop(key, None)
         return len(self.pushes)
 
 

@@ -90,6 +90,15 @@ def test_the_deploy_command(cluster, tmp_path):
     refused = deploy(deployer, "traffic", name, "v3=1")
     assert refused.returncode == 1 and "INVALID_ARGUMENT: weights: names unknown versions v3" in refused.stderr
     assert deploy(deployer, "traffic", name, "v1:1").returncode == 2
+
+    ab = deploy(deployer, "traffic", name, "v1=1", "v2=3", "--adapter", "sql")    # one adapter's own split
+    assert ab.returncode == 0 and "adapter sql: v1 25%, v2 75%" in ab.stdout, ab.stderr
+    cleared = deploy(deployer, "traffic", name, "--adapter", "sql", "--json")
+    assert cleared.returncode == 0 and not json.loads(cleared.stdout)["spec"].get("adapter_traffic")
+    assert deploy(deployer, "rollout", name, "--version", "v3", "--adapter", "sql").returncode == 2
+    no_lora = deploy(deployer, "rollout", name, "--version", "v3", "--previous", "v1", "--replicas", "1",
+                     "--adapter", f"sql={tmp_path}")
+    assert no_lora.returncode == 1 and "FAILED_PRECONDITION" in no_lora.stderr and "enable_lora" in no_lora.stderr
     unauthenticated = deploy(deployer, "get", name, token=None)
     assert unauthenticated.returncode == 1 and "UNAUTHENTICATED" in unauthenticated.stderr
 

@@ -82,10 +82,10 @@ def start(cluster, *deployer_args: str, discovered: bool = False):
     cluster.start_controller()
     if discovered:
         coordinator = cluster.spawn("coordinator", ["coordinator", "--host", "127.0.0.1", "--port", "0",
-                                                    "--controller", cluster.controller_address],
+                                                    "--controller", cluster.controller_address, "--access-log"],
                                     "MINDMOTOR_COORDINATOR_READY")
     else:
-        coordinator = cluster.start_coordinator()
+        coordinator = cluster.start_coordinator("--access-log")     # the access log is read below
     url = f"http://127.0.0.1:{coordinator.ready['port']}"
     client = cluster.client(cluster.start_deployer(*deployer_args))
     client.apply(cluster.spec({"name": "v1", "replicas": 1}, traffic={"v1": 100}))

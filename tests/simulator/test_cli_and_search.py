@@ -45,11 +45,41 @@ def test_simulate_table_and_cluster_file(tmp_path, capsys):
     (["--routing", "least_load", "--prefill", "1"], "needs both"),
     (["--device", "910Z"], "unknown device"),
     (["--search"], "needs --slo-ttft"),
+    (["--frontend-overhead-ms", "-1"], "must not be negative"),
 ])
 def test_bad_input_is_a_clear_error(tmp_path, argv, message, capsys):
     trace = write_trace(tmp_path, [(0.0, 100, 5)])
     assert main(["simulate", "--trace", str(trace), *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_frontend_overhead_ms_moves_ttft_by_that_much_and_overrides_a_cluster_file(tmp_path, capsys):
+    """`--frontend-overhead-ms` (what benchmarks/sim_vs_realtime.py feeds its measurement through):
+    one request alone, so its TTFT is the overhead plus its prefill; over a cluster file's value.
+    Without the flag, the default is ClusterSpec's (the last measurement)."""
+    from mindmotor.simulator.cluster import FRONTEND_OVERHEAD_S
+
+    trace = write_trace(tmp_path, [(0.0, 100, 5)])
+    cluster = tmp_path / "cluster.json"
+    cluster.write_text(json.dumps({"mixed": 1, "model": "llama2-7b", "frontend_overhead_s": 0.5}))
+
+    def ttft(*argv) -> float:
+        assert main(["simulate", "--trace", str(trace), "--cluster", str(cluster), "--json", *argv]) == 0
+        return json.loads(capsys.readouterr().out)["ttft_s"]["p50"]
+
+    engine_alone = ttft("--frontend-overhead-ms", "0")
+    assert ttft("--frontend-overhead-ms", "7.5") == pytest.approx(engine_alone + 0.0075)
+    assert ttft("--frontend-overhead", "0.0075") == pytest.approx(engine_alone + 0.0075)
+    assert ttft() == pytest.approx(engine_alone + 0.5)                      # the file's own
+    cluster.write_text(json.dumps({"mixed": 1, "model": "llama2-7b"}))
+    assert ttft() == pytest.approx(engine_alone + FRONTEND_OVERHEAD_S)
+
+
+def test_frontend_overhead_flags_are_exclusive(tmp_path, capsys):
+    trace = write_trace(tmp_path, [(0.0, 100, 5)])
+    with pytest.raises(SystemExit):
+        main(["simulate", "--trace", str(trace), "--frontend-overhead-ms", "5", "--frontend-overhead", "0.005"])
+    assert "not allowed with" in capsys.readouterr().err
 
 
 def test_trace_loader(tmp_path):

@@ -17,7 +17,8 @@ FLAGS = ["--model", "--port", "--device", "--emulate", "--timing", "--host", "--
          "--worker-id", "--kv-host-budget", "--stream-keepalive", "--engine-stall-timeout",
          "--long-prefill-token-threshold", "--max-num-partial-prefills", "--max-num-batched-attention",
          "--spec-helpers", "--spec-timeout", "--resume-retention", "--kv-host-bytes", "--cache-chunk-size",
-         "--prefetch-depth", "--kv-shared", "--kv-shared-ttl", "--redis-url-file"]
+         "--prefetch-depth", "--kv-shared", "--kv-shared-ttl", "--redis-url-file", "--priority-aging-s",
+         "--lower-class-prefill-tokens", "--preferred-batch-size", "--batch-timeout-s", "--inject-delay"]
 
 
 def test_flags_build_the_configs():
@@ -94,6 +95,19 @@ def test_fair_prefill_flags_default_to_a_bounded_step_and_refuse_nonsense(capsys
         config_from_args(build_parser().parse_args(["worker", "--max-num-partial-prefills", "0"]))
 
 
+def test_slo_class_and_batch_timeout_flags_reach_the_engine_and_refuse_nonsense():
+    default = config_from_args(build_parser().parse_args(["worker"])).engine
+    assert (default.priority_aging_s, default.lower_class_prefill_tokens) == (10.0, 256)
+    assert (default.batch_timeout_s, default.preferred_batch_size) == (0.0, 0)          # no waiting for a batch
+    args = build_parser().parse_args(["worker", "--priority-aging-s", "2.5", "--lower-class-prefill-tokens", "0",
+                                      "--preferred-batch-size", "8", "--batch-timeout-s", "0.002"])
+    e = config_from_args(args).engine
+    assert (e.priority_aging_s, e.lower_class_prefill_tokens, e.preferred_batch_size, e.batch_timeout_s) == \
+        (2.5, 0, 8, 0.002)
+    with pytest.raises(ValueError, match="priority_aging_s"):
+        config_from_args(build_parser().parse_args(["worker", "--priority-aging-s", "-1"]))
+
+
 def test_the_kv_host_tier_flags_take_sizes_and_refuse_nonsense(capsys):
     default = config_from_args(build_parser().parse_args(["worker"])).engine
     assert default.kv_host_bytes is None and default.prefetch_depth == 2      # None: 5% of the machine
@@ -118,3 +132,14 @@ def test_the_shared_kv_tier_needs_a_redis_and_the_host_tier(tmp_path, monkeypatc
                                                     "--kv-host-bytes", "0"]))
     config = config_from_args(build_parser().parse_args(["worker", "--kv-shared", "--redis-url-file", str(url)]))
     assert config.kv_shared and config.redis_url == "redis://127.0.0.1:6379/0" and config.kv_shared_ttl_s == 600
+
+
+def test_the_test_only_delay_names_a_phase_and_seconds():
+    from mindmotor.worker.config import parse_injected_delay
+
+    config = config_from_args(build_parser().parse_args(["worker", "--inject-delay", "network=0.25"]))
+    assert parse_injected_delay(config.inject_delay) == ("network", 0.25)
+    assert config_from_args(build_parser().parse_args(["worker"])).inject_delay is None
+    for bad in ("prefill=1", "worker_queue", "worker_queue=-1", "worker_queue=x", "network=61"):
+        with pytest.raises(ValueError, match="PHASE=SECONDS"):
+            parse_injected_delay(bad)

@@ -91,12 +91,22 @@ def ambiguous_framing(headers: list[tuple[bytes, bytes]]) -> bool:
 PROTOCOLS = ("h11", "httptools")
 
 
+def resolve_protocol(protocol: str = "auto") -> str:
+    """"auto": httptools where it is installed (as `uvicorn[standard]` picks it: a C parser), else h11."""
+    if protocol != "auto":
+        return protocol
+    import importlib.util
+
+    return "httptools" if importlib.util.find_spec("httptools") is not None else "h11"
+
+
 def limited_protocol(limits: HTTPLimits, on_refused: Callable[[str], None] | None = None,
                      protocol: str = "h11") -> type:
     """The protocol class to give uvicorn (`uvicorn.Config(http=...)`): uvicorn's `protocol` ("h11",
     or "httptools", which needs the httptools package) with the limits. `on_refused(reason)` is
     called for every connection cut off: "header_timeout", "body_timeout", "too_many_connections",
-    "ambiguous_framing" or "invalid_request"."""
+    "ambiguous_framing" or "invalid_request". "auto": `resolve_protocol`."""
+    protocol = resolve_protocol(protocol)
     if protocol == "h11":
         return type("LimitedH11Protocol", (_Limits, _H11Reading, H11Protocol),
                     {"limits": limits, "on_refused": staticmethod(on_refused)})

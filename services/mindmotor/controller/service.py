@@ -183,10 +183,12 @@ class ControllerService(controller_pb2_grpc.ControllerServicer):
         if problem:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         try:
-            version = await self.traffic.set(request.deployment, request.model, dict(request.weights))
+            version = await self.traffic.set(request.deployment, request.model, dict(request.weights),
+                                             adapter=request.adapter)
         except StoreUnavailable as exc:
             await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
         log.info("traffic set", extra={"deployment": request.deployment, "model": request.model,
-                                       "weights": dict(request.weights), "routing_version": version})
+                                       "adapter": request.adapter, "weights": dict(request.weights),
+                                       "routing_version": version})
         self.broadcaster.poke()
         return controller_pb2.SetTrafficResponse(version=version)

@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
 
+from mindmotor.common.http_limits import resolve_protocol
 from mindmotor.common.tracing import Tracing
 from mindmotor.coordinator.dispatch.admission import Admission
 from mindmotor.coordinator.http.auth import APIKeys
@@ -25,7 +26,7 @@ from mindmotor.coordinator.catalog.discovery import ModelDiscovery
 from mindmotor.coordinator.http.errors import install_handlers
 from mindmotor.coordinator.routing.table import RoutingTable
 from mindmotor.coordinator.metrics import CoordinatorMetrics
-from mindmotor.coordinator.http.middleware import BodyLimitMiddleware, GateMiddleware, RequestIdMiddleware
+from mindmotor.coordinator.http.middleware import FrontDoor
 from mindmotor.coordinator.catalog.models import ModelCatalog
 from mindmotor.coordinator.dispatch.progress import ProgressGuard
 from mindmotor.coordinator.http.rate_limit import MemoryRateLimiter, RateLimiter
@@ -33,7 +34,7 @@ from mindmotor.coordinator.dispatch.resume import new_key
 from mindmotor.coordinator.openai.responses.store import StoreLimits, make_store
 from mindmotor.coordinator.routing.router import Router
 from mindmotor.coordinator.http.openapi import install_openapi
-from mindmotor.coordinator.http.routes import api_router
+from mindmotor.coordinator.http.routes import api_routes
 from mindmotor.coordinator.http.routes.docs import mount_assets
 from mindmotor.coordinator.openai.responses.request import ResponsesRequest
 from mindmotor.coordinator.routing.policies import make_policy
@@ -114,7 +115,9 @@ def create_app(settings: CoordinatorSettings, coordinator: Coordinator | None = 
         c.started = True
         log.info("coordinator started", extra={
             "instances": len(c.table.all()), "models": c.catalog.names(), "policy": settings.policy,
-            "auth": c.keys.enabled, "rate_limit_rpm": settings.rate_limit_rpm, "scheme": settings.scheme})
+            "auth": c.keys.enabled, "rate_limit_rpm": settings.rate_limit_rpm, "scheme": settings.scheme,
+            "event_loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
+            "http": resolve_protocol(settings.http_protocol), "access_log": settings.access_log})
         try:
             yield
         finally:
@@ -133,13 +136,13 @@ def create_app(settings: CoordinatorSettings, coordinator: Coordinator | None = 
                   openapi_url="/openapi.json")
     app.state.coordinator = c
     install_handlers(app)
-    app.include_router(api_router())
+    app.router.routes.extend(api_routes())      # not include_router: see api_routes
     mount_assets(app)
     install_openapi(app, {"ResponsesRequest": ResponsesRequest})
-    # added innermost first: RequestId -> Gate -> BodyLimit -> routes
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
-    app.add_middleware(GateMiddleware, keys=c.keys, limiter=c.limiter, metrics=c.metrics)
-    app.add_middleware(RequestIdMiddleware, metrics=c.metrics, in_flight=c.in_flight)
+    # one pure-ASGI layer: request id, API key and rate limit, body limit, headers, metrics, access log
+    app.add_middleware(FrontDoor, metrics=c.metrics, keys=c.keys, limiter=c.limiter,
+                       max_body_bytes=settings.max_body_bytes, in_flight=c.in_flight,
+                       access_log=settings.access_log, access_log_sample=settings.access_log_sample)
     if settings.cors_allowed_origins:       # outermost: a preflight is answered before auth
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_allowed_origins,
                            allow_methods=settings.cors_allowed_methods, allow_headers=settings.cors_allowed_headers,

@@ -81,8 +81,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--http-keep-alive", type=float, default=None, metavar="S", help="idle keep-alive timeout (default: 30)")
     add("--http-max-connections", type=int, default=None, metavar="N",
         help="open HTTP connections; beyond, 503 + Retry-After; 0: no limit (default: 4096)")
-    add("--http-protocol", choices=("h11", "httptools"), default=None,
-        help="uvicorn's HTTP/1.1 parser (default: h11; httptools needs the httptools package)")
+    add("--http-protocol", choices=("auto", "h11", "httptools"), default=None,
+        help="uvicorn's HTTP/1.1 parser (default: auto: httptools where installed, else h11)")
+    add("--event-loop", choices=("auto", "asyncio", "uvloop"), default=None,
+        help="the asyncio event loop (default: auto: uvloop where installed, else asyncio's)")
+    add("--access-log", action="store_true", default=None,
+        help="log an INFO line per API request (default: off; every request is logged at DEBUG)")
+    add("--access-log-sample", type=float, default=None, metavar="FRACTION",
+        help="with --access-log: log this share of the requests, e.g. 0.01 (default: 1; 5xx always)")
     add("--allowed-origin", action="append", default=None, metavar="ORIGIN",
         help="CORS: an origin browsers may call from (repeatable; '*' for any; default: CORS off)")
     add("--otlp-traces-endpoint", default=None, metavar="URL",
@@ -117,14 +123,14 @@ def settings_from_args(args: argparse.Namespace):
         log_level=args.log_level, controllers=args.controller,
         http_header_timeout_s=args.http_header_timeout, http_body_timeout_s=args.http_body_timeout,
         http_keep_alive_s=args.http_keep_alive, http_max_connections=args.http_max_connections,
-        http_protocol=args.http_protocol,
+        http_protocol=args.http_protocol, event_loop=args.event_loop, access_log=args.access_log,
+        access_log_sample=args.access_log_sample,
         cors_allowed_origins=args.allowed_origin, otlp_traces_endpoint=args.otlp_traces_endpoint,
         workers=[WorkerEntry.parse(w) for w in args.worker] if args.worker else None)
     return load_settings(args.config, **overrides)
 
 
 def run_coordinator(args: argparse.Namespace) -> int:
-    import asyncio
     import logging
 
     from pydantic import ValidationError
@@ -157,8 +163,10 @@ def run_coordinator(args: argparse.Namespace) -> int:
         return run_from_cli(settings, args.replicas)
     from mindmotor.coordinator.http.server import serve
 
+    from mindmotor.common.event_loop import run
+
     try:
-        return asyncio.run(serve(settings))
+        return run(serve(settings), settings.event_loop)
     except OSError as exc:  # the port is taken, ...
         log.error("coordinator failed", extra={"error": f"{type(exc).__name__}: {exc}"})
         return 1

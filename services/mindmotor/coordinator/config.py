@@ -141,7 +141,11 @@ class CoordinatorSettings(ServiceSettings):
     http_max_connections: int = Field(4096, ge=0)    # open connections; beyond: 503 + Retry-After; 0: no limit
     http_max_header_bytes: int = Field(65536, ge=1024)  # request line + headers (else 400)
     http_backlog: int = Field(2048, ge=1)            # the listen backlog
-    http_protocol: Literal["h11", "httptools"] = "h11"  # uvicorn's HTTP parser; httptools needs its package
+    http_protocol: Literal["auto", "h11", "httptools"] = "auto"  # uvicorn's HTTP parser; auto: httptools
+                                                     # where installed (uvicorn[standard]), else h11
+    event_loop: Literal["auto", "asyncio", "uvloop"] = "auto"   # auto: uvloop where installed
+    access_log: bool = False                         # INFO line per sampled API request (all at DEBUG)
+    access_log_sample: float = Field(1.0, gt=0, le=1)  # with access_log: the share of requests logged
 
     # auth and rate limit
     api_keys: Annotated[list[str], NoDecode] = []    # $MINDMOTOR_API_KEYS (comma-separated) ...
@@ -204,6 +208,15 @@ class CoordinatorSettings(ServiceSettings):
 
         if value == "httptools" and importlib.util.find_spec("httptools") is None:
             raise ValueError("http_protocol httptools: the httptools package is not installed")
+        return value
+
+    @field_validator("event_loop")
+    @classmethod
+    def _event_loop(cls, value: str) -> str:
+        import importlib.util
+
+        if value == "uvloop" and importlib.util.find_spec("uvloop") is None:
+            raise ValueError("event_loop uvloop: the uvloop package is not installed")
         return value
 
     @model_validator(mode="after")

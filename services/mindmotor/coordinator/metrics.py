@@ -9,6 +9,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from mindmotor.common.metric_children import cache_children
+
 from mindmotor.common import vllm_metrics as V
 from mindmotor.common.latency_phases import CLASS_LABEL, PHASE_LABEL, PHASE_METRIC
 
@@ -76,7 +78,8 @@ class CoordinatorMetrics:
 
         # Per deployment version (canary analysis reads these: deployer/coordinator_metrics.py). A
         # request counts for the version of the instance that served its first choice; an error is
-        # a request that was routed and then failed (any status, or an error event in a stream).
+        # a request that was routed and then failed (any status, or an error event in a stream). A
+        # LoRA adapter's requests count under their base model and under the adapter's name too.
         per_version = ["model", "version"]
         self.version_requests = Counter(p + "version_requests", "generation requests routed, per model version",
                                         per_version, registry=r)
@@ -132,6 +135,9 @@ class CoordinatorMetrics:
                                buckets=V.REQUEST_LATENCY_BUCKETS, registry=r)
         self.engine_steps = EngineSteps()          # vllm:iteration_tokens_total, from the routing table
         r.register(self.engine_steps)
+        for metric in [*vars(self).values(), *self.vllm_phases.values()]:
+            if isinstance(metric, (Counter, Gauge, Histogram)) and metric is not self.vllm_cache_config:
+                cache_children(metric)          # cleared at each refresh: its children are not kept
 
     def refresh_engines(self, models: dict) -> None:
         """vLLM's engine gauges from the routing table (`models`: model -> its instances, as they
@@ -240,6 +246,33 @@ class ChoiceTimer:
         elif self.last is not None:
             self.metrics.itl.labels(self.model).observe(now - self.last)
             self.metrics.vllm_itl.labels(self.model).observe(now - self.last)
+        self.last = now
+        self.tokens += n
+
+    def on_whole(self, n: int, timings=None) -> None:
+        """A choice's tokens in one answer (a unary worker call: a non-streamed request): its first
+        token's time is the call's start plus the worker's queue and prefill (`RequestTimings`;
+        without them, now), the gaps between its tokens the worker's decode time shared evenly."""
+        if n <= 0:
+            return
+        now = time.perf_counter()
+        gaps = n - 1
+        if self.first is None:
+            first = now
+            if timings is not None and self.call_started is not None:
+                first = min(now, self.call_started + timings.queued_s + timings.prefill_s)
+            self.first = first
+            self.end()
+            self.metrics.ttft.labels(self.model).observe(first - self.arrival)
+            self.metrics.vllm_ttft.labels(self.model).observe(first - self.arrival)
+        else:
+            gaps = n                            # after a first answer (a remote prefill): every token
+        if gaps > 0:
+            gap = (timings.decode_s / gaps) if timings is not None else (now - self.first) / gaps
+            itl, vllm_itl = self.metrics.itl.labels(self.model), self.metrics.vllm_itl.labels(self.model)
+            for _ in range(gaps):
+                itl.observe(gap)
+                vllm_itl.observe(gap)
         self.last = now
         self.tokens += n
 

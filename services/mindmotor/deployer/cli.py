@@ -4,9 +4,10 @@
         [--metrics-port N] [--coordinator http://127.0.0.1:8000] [--analysis-error-margin F] ...
         # secrets from $MINDMOTOR_REDIS_URL, $MINDMOTOR_ADMIN_TOKEN (or --redis-url-file, --admin-token-file)
     mindmotor deploy apply -f SPEC.yaml | get NAME | list | delete NAME
-    mindmotor deploy traffic NAME v1=90 v2=10
+    mindmotor deploy traffic NAME v1=90 v2=10 [--adapter LORA]   # --adapter: that adapter's own split
     mindmotor deploy rollout NAME --version v2 --checkpoint DIR --canary 10 [--allow-tokenizer-change]
         [--error-margin F] [--ttft-margin F] [--window S] [--min-requests N] [--no-analysis]
+    mindmotor deploy rollout NAME --version v2 --adapter LORA=DIR --canary 10   # a new adapter version
     mindmotor deploy promote NAME | rollback NAME
 
 `deployer` prints `MINDMOTOR_DEPLOYER_READY port=N metrics_port=M` on stdout once it serves (with
@@ -213,13 +214,18 @@ def _register_deploy(subparsers) -> None:
     delete.set_defaults(func=cmd_delete)
     traffic = actions.add_parser("traffic", parents=[common], help="set the traffic weights between versions")
     traffic.add_argument("name")
-    traffic.add_argument("weights", nargs="+", metavar="VERSION=WEIGHT")
+    traffic.add_argument("weights", nargs="*", metavar="VERSION=WEIGHT")
+    traffic.add_argument("--adapter", default="", metavar="LORA",
+                         help="set this LoRA adapter's own split (no weights: clear it, the model's applies)")
     traffic.set_defaults(func=cmd_traffic)
     rollout = actions.add_parser("rollout", parents=[common],
                                  help="start a new version and give it a canary share once it is ready")
     rollout.add_argument("name")
     rollout.add_argument("--version", required=True, help="the new version's name")
     rollout.add_argument("--checkpoint", default="", help="its checkpoint directory (default: the bundled model)")
+    rollout.add_argument("--adapter", default="", metavar="LORA=DIR",
+                         help="a new version of one LoRA adapter instead: the previous version's workers with LORA "
+                              "served from DIR; --canary percent of LORA's requests alone go to it (docs/lora.md)")
     rollout.add_argument("--canary", type=float, default=10.0, help="percent of the traffic (default: %(default)s)")
     rollout.add_argument("--replicas", type=int, default=0, help="(default: as many as the version it replaces)")
     rollout.add_argument("--previous", default="", help="the version it replaces (default: the only one)")
@@ -364,6 +370,9 @@ def cmd_delete(args) -> int:
 
 
 def cmd_traffic(args) -> int:
+    if not args.weights and not args.adapter:
+        print("traffic: give VERSION=WEIGHT ... (none only with --adapter, to clear its split)", file=sys.stderr)
+        return EXIT_USAGE
     weights = {}
     for item in args.weights:
         version, sep, weight = item.partition("=")
@@ -374,7 +383,7 @@ def cmd_traffic(args) -> int:
         if not sep or not version:
             print(f"traffic: expected VERSION=WEIGHT, got {item!r}", file=sys.stderr)
             return EXIT_USAGE
-    return _run(args, lambda client: client.set_traffic(args.name, weights))
+    return _run(args, lambda client: client.set_traffic(args.name, weights, adapter=args.adapter))
 
 
 def cmd_rollout(args) -> int:
@@ -383,6 +392,13 @@ def cmd_rollout(args) -> int:
     from mindmotor.vocabulary import RolloutPhase
 
     checkpoint = str(Path(args.checkpoint).expanduser().resolve()) if args.checkpoint else ""
+    adapter, adapter_path = "", ""
+    if args.adapter:
+        adapter, sep, adapter_path = args.adapter.partition("=")
+        if not sep or not adapter or not adapter_path:
+            print(f"rollout: --adapter takes LORA=DIR, got {args.adapter!r}", file=sys.stderr)
+            return EXIT_USAGE
+        adapter_path = str(Path(adapter_path).expanduser().resolve())
 
     def call(client):
         deployment = client.rollout(args.name, args.version, checkpoint, args.canary, args.replicas, args.previous,
@@ -390,7 +406,7 @@ def cmd_rollout(args) -> int:
                                     analysis={"max_error_rate_increase": args.error_margin,
                                               "max_ttft_p90_increase": args.ttft_margin, "window_s": args.window,
                                               "min_requests": args.min_requests},
-                                    disable_analysis=args.no_analysis)
+                                    disable_analysis=args.no_analysis, adapter=adapter, adapter_path=adapter_path)
         if args.no_wait:
             return deployment
         deployment = client.wait_rollout(args.name, timeout_s=deployment.rollout.deadline - deployment.updated_at + 30)

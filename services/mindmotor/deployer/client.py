@@ -58,18 +58,22 @@ class DeployerClient:
     def delete(self, name: str) -> pb.Deployment:
         return self._call(self.stub.Delete, pb.DeleteDeploymentRequest(name=name))
 
-    def set_traffic(self, name: str, weights: dict[str, float]) -> pb.Deployment:
-        return self._call(self.stub.SetTraffic, pb.SetDeploymentTrafficRequest(name=name, weights=weights))
+    def set_traffic(self, name: str, weights: dict[str, float], adapter: str = "") -> pb.Deployment:
+        return self._call(self.stub.SetTraffic, pb.SetDeploymentTrafficRequest(name=name, weights=weights,
+                                                                               adapter=adapter))
 
     def rollout(self, name: str, version: str, checkpoint: str = "", canary: float = 10.0, replicas: int = 0,
                 previous: str = "", ready_timeout_s: float = 0.0, allow_tokenizer_change: bool = False,
-                analysis: dict | None = None, disable_analysis: bool = False) -> pb.Deployment:
+                analysis: dict | None = None, disable_analysis: bool = False, adapter: str = "",
+                adapter_path: str = "") -> pb.Deployment:
         """`analysis`: RolloutAnalysis fields (max_error_rate_increase, max_ttft_p90_increase,
-        window_s, min_requests); those left out or 0 take the deployer's defaults."""
+        window_s, min_requests); those left out or 0 take the deployer's defaults. `adapter`,
+        `adapter_path`: a new version of that LoRA adapter (its requests alone are split)."""
         return self._call(self.stub.Rollout, pb.RolloutRequest(
             name=name, version=version, checkpoint=checkpoint, canary=canary, replicas=replicas, previous=previous,
             ready_timeout_s=ready_timeout_s, allow_tokenizer_change=allow_tokenizer_change,
-            analysis=pb.RolloutAnalysis(**(analysis or {})), disable_analysis=disable_analysis))
+            analysis=pb.RolloutAnalysis(**(analysis or {})), disable_analysis=disable_analysis, adapter=adapter,
+            adapter_path=adapter_path))
 
     def promote(self, name: str) -> pb.Deployment:
         return self._call(self.stub.Promote, pb.PromoteRequest(name=name))

@@ -52,7 +52,7 @@ class ControllerLink:
         """Tell the deployer when what it reads changed (membership, readiness, weights), not on
         every table: most tables only carry fresher load."""
         signature = (tuple((i.instance_id, i.deployment, i.version, i.routable) for i in table.instances),
-                     tuple((t.deployment, t.model, tuple(sorted(t.weights.items()))) for t in table.traffic))
+                     tuple((t.deployment, t.adapter, t.model, tuple(sorted(t.weights.items()))) for t in table.traffic))
         if signature != self._signature and self.on_change is not None:
             self.on_change()
         self._signature = signature
@@ -63,17 +63,24 @@ class ControllerLink:
         return sum(1 for i in self.watcher.instances(routable_only=True)
                    if i.deployment == deployment and i.version == version)
 
-    def traffic(self, deployment: str) -> tuple[str, dict[str, float]] | None:
-        """(model, weights) the controller holds for the deployment; None: no entry."""
+    def traffic(self, deployment: str, adapter: str = "") -> tuple[str, dict[str, float]] | None:
+        """(model, weights) the controller holds for the deployment (that LoRA adapter's split of
+        it, if `adapter`); None: no entry."""
+        return self.traffic_entries(deployment).get(adapter)
+
+    def traffic_entries(self, deployment: str) -> dict[str, tuple[str, dict[str, float]]]:
+        """Every entry the controller holds for the deployment: adapter ("" : the model's) ->
+        (model, weights)."""
         table = self.watcher.table
-        split = next((t for t in table.traffic if t.deployment == deployment), None) if table else None
-        return None if split is None else (split.model, dict(split.weights))
+        return {t.adapter: (t.model, dict(t.weights)) for t in (table.traffic if table else ())
+                if t.deployment == deployment}
 
     # ---- writes -----------------------------------------------------------------------------
-    async def set_traffic(self, deployment: str, model: str, weights: dict[str, float]) -> int:
+    async def set_traffic(self, deployment: str, model: str, weights: dict[str, float], adapter: str = "") -> int:
         """Store the weights (empty: clear the entry) at a controller; the routing table version
         that carries them. TrafficRefused if no controller took them."""
-        request = controller_pb2.SetTrafficRequest(deployment=deployment, model=model, weights=weights)
+        request = controller_pb2.SetTrafficRequest(deployment=deployment, model=model, weights=weights,
+                                                   adapter=adapter)
         live = self.watcher.controller
         errors = []
         for address in ([live] if live else []) + [a for a in self.addresses if a != live]:

@@ -16,6 +16,7 @@ from .spec import DeploymentSpec, parse_spec
 def spec_to_proto(spec: DeploymentSpec) -> pb.DeploymentSpec:
     return pb.DeploymentSpec(
         name=spec.name, model=spec.model, traffic=spec.traffic,
+        adapter_traffic={a: pb.AdapterTraffic(weights=w) for a, w in spec.adapter_traffic.items()},
         versions=[pb.VersionSpec(name=v.name, checkpoint=v.checkpoint, replicas=v.replicas, prefill=v.prefill,
                                  decode=v.decode, worker=v.worker, resources=v.resources) for v in spec.versions])
 
@@ -23,6 +24,7 @@ def spec_to_proto(spec: DeploymentSpec) -> pb.DeploymentSpec:
 def spec_from_proto(message: pb.DeploymentSpec) -> DeploymentSpec:
     """The spec a request carries, validated like a file (SpecError)."""
     data = MessageToDict(message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+    data["adapter_traffic"] = {a: dict(t.weights) for a, t in message.adapter_traffic.items()}
     return parse_spec(data, "spec")
 
 
@@ -36,6 +38,7 @@ def record_to_proto(record: DeploymentRecord, observed: list[VersionStatus], fig
     if record.rollout is not None:
         fields = asdict(record.rollout)
         analysis = fields.pop("analysis") or {"enabled": False}
+        fields.pop("adapter_before")
         message.rollout.CopyFrom(pb.RolloutStatus(**fields, analysis=pb.RolloutAnalysis(**analysis),
                                                   figures=figures if record.rollout.active else ""))
     return message

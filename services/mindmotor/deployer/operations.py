@@ -21,8 +21,8 @@ from mindmotor.model.config import CheckpointError
 from . import rollout
 from .analysis import AnalysisSettings
 from .records import DeploymentRecord
-from .spec import (DeploymentSpec, VersionSpec, check_traffic, describe_errors, tokenizer_difference,
-                   tokenizer_files, verify_checkpoint)
+from .spec import (DeploymentSpec, VersionSpec, check_adapter_name, check_traffic, describe_errors,
+                   tokenizer_difference, tokenizer_files, verify_checkpoint)
 from .store import DeploymentStore
 
 TOKENIZER_ADVICE = ("; the coordinators would tokenize its requests for the other version. Train it from the "
@@ -119,16 +119,33 @@ class Deployments:
 
         return await self._update(name, change)
 
-    async def set_traffic(self, name: str, weights: dict[str, float]) -> DeploymentRecord:
+    async def set_traffic(self, name: str, weights: dict[str, float], adapter: str = "") -> DeploymentRecord:
+        """The model's weights, or (`adapter`) that LoRA adapter's own split ({}: clear it, the
+        adapter follows the model's weights again)."""
         now = self.clock()
+        if adapter:
+            try:
+                check_adapter_name(adapter)
+            except ValueError as exc:
+                raise InvalidArgument(f"adapter: {exc}") from None
 
         def change(record: DeploymentRecord):
             _check_not_deleting(record)
-            try:
-                check_traffic(weights, record.spec.version_names())
-            except ValueError as exc:
-                raise InvalidArgument(f"weights: {exc}") from None
-            record.spec = record.spec.model_copy(update={"traffic": dict(weights)})
+            if adapter and record.rollout is not None and record.rollout.active and record.rollout.adapter == adapter:
+                raise FailedPrecondition(f"the rollout of {record.rollout.version!r} splits the adapter {adapter!r}; "
+                                         "promote or roll it back first")
+            adapters = dict(record.spec.adapter_traffic)
+            if adapter and not weights:
+                adapters.pop(adapter, None)
+            else:
+                try:
+                    check_traffic(weights, record.spec.version_names())
+                except ValueError as exc:
+                    raise InvalidArgument(f"weights: {exc}") from None
+                if adapter:
+                    adapters[adapter] = dict(weights)
+            update = {"adapter_traffic": adapters} if adapter else {"traffic": dict(weights)}
+            record.spec = record.spec.model_copy(update=update)
             record.generation, record.updated_at = record.generation + 1, now
 
         return await self._update(name, change)
@@ -136,7 +153,11 @@ class Deployments:
     # ---- Rollout, Promote, Rollback ---------------------------------------------------------
     async def rollout(self, name: str, version: str, checkpoint: str, canary: float, replicas: int = 0,
                       previous: str = "", ready_timeout_s: float = 0.0, allow_tokenizer_change: bool = False,
-                      analysis: dict | None = None, disable_analysis: bool = False) -> DeploymentRecord:
+                      analysis: dict | None = None, disable_analysis: bool = False, adapter: str = "",
+                      adapter_path: str = "") -> DeploymentRecord:
+        """A new version (its checkpoint verified first); with `adapter`, a new version of that
+        LoRA adapter instead: the previous version's checkpoint and settings with the adapter served
+        from `adapter_path` (verified against the base), its requests alone split."""
         record = await self.get(name)
         _check_not_deleting(record)
         _check_no_rollout(record)
@@ -144,8 +165,15 @@ class Deployments:
         new = _new_version(record, old, version, replicas)
         if not 0 < canary <= 100:
             raise InvalidArgument(f"canary: a percent of the traffic in (0, 100], got {canary:g}")
-        checkpoint = await _verified(checkpoint, "checkpoint")
-        new = new.model_copy(update={"checkpoint": checkpoint})
+        if adapter or adapter_path:
+            if checkpoint:
+                raise InvalidArgument("checkpoint: an adapter rollout keeps the previous version's checkpoint "
+                                      "(roll out a new checkpoint without --adapter)")
+            adapter_path = await _verified_adapter(old, adapter, adapter_path)
+            new = with_adapter(new, adapter, adapter_path)
+        else:
+            checkpoint = await _verified(checkpoint, "checkpoint")
+            new = new.model_copy(update={"checkpoint": checkpoint})
         changed = await _tokenizer_change(old, new)
         if changed and not allow_tokenizer_change:
             raise FailedPrecondition(changed + TOKENIZER_ADVICE)
@@ -166,7 +194,8 @@ class Deployments:
                                          f"({current.spec.traffic.get(old.name, 0.0):g} of "
                                          f"{sum(current.spec.traffic.values()):g})")
             rollout.begin(current, new, old.name, canary, now, timeout_s,
-                          analysis=settings.to_dict() if settings.enabled else None, tokenizer_change=bool(changed))
+                          analysis=settings.to_dict() if settings.enabled else None, tokenizer_change=bool(changed),
+                          adapter=adapter, adapter_path=adapter_path)
 
         return await self._update(name, change)
 
@@ -227,6 +256,49 @@ async def _verified(checkpoint: str, field: str) -> str:
     except CheckpointError as exc:
         raise InvalidArgument(f"{field}: {exc}") from None
     return str(directory) if checkpoint else ""
+
+
+async def _verified_adapter(old: VersionSpec, adapter: str, path: str) -> str:
+    """The adapter directory, absolute, once it reads as a LoRA adapter the previous version's
+    workers could serve (LoRA enabled, its base checkpoint's shapes, their rank limit)."""
+    if not adapter or not path:
+        raise InvalidArgument("adapter: an adapter rollout needs the adapter's name and its new directory (NAME=PATH)")
+    try:
+        check_adapter_name(adapter)
+    except ValueError as exc:
+        raise InvalidArgument(f"adapter: {exc}") from None
+    if old.worker.get("enable_lora") != "true":
+        raise FailedPrecondition(f"version {old.name!r} does not serve LoRA adapters (its worker settings have no "
+                                 "enable_lora: true); apply a version that does first")
+    directory = Path(path).expanduser().resolve()
+    if any(c.isspace() or c == "," for c in str(directory)):
+        raise InvalidArgument(f"adapter_path: no spaces or commas in the path (--lora-modules takes NAME=PATH): {directory}")
+
+    def check() -> None:
+        from mindmotor.model.config import LlamaConfig
+        from mindmotor.model.lora import load_adapter
+
+        config = LlamaConfig.from_dir(verify_checkpoint(old.checkpoint))
+        load_adapter(directory, config, int(old.worker.get("max_lora_rank", "16")), name=adapter)
+
+    try:
+        await asyncio.to_thread(check)
+    except (CheckpointError, ValueError) as exc:
+        raise InvalidArgument(f"adapter_path: {exc}") from None
+    return str(directory)
+
+
+def with_adapter(version: VersionSpec, adapter: str, path: str) -> VersionSpec:
+    """`version` whose workers serve `adapter` from `path` (replacing its directory, or added)."""
+    from mindmotor.worker.cli import lora_modules
+
+    modules = [(n, p) for n, p in lora_modules([version.worker.get("lora_modules", "")]) if n != adapter]
+    modules.append((adapter, path))
+    worker = {**version.worker, "lora_modules": " ".join(f"{n}={p}" for n, p in modules)}
+    try:
+        return VersionSpec.model_validate({**version.model_dump(mode="json"), "worker": worker})
+    except ValidationError as exc:
+        raise InvalidArgument(f"invalid new version:\n{describe_errors(exc)}") from None
 
 
 async def _tokenizer_change(serving: VersionSpec, new: VersionSpec) -> str | None:

@@ -89,7 +89,8 @@ class Reconciler:
         self.passes = 0
         self._restarts: Counter[tuple[str, str]] = Counter()
         self._last_failure: dict[tuple[str, str], str] = {}
-        self._pushed: dict[str, tuple[str, dict[str, float], float]] = {}   # name -> (model, weights, when)
+        # (name, adapter) -> (model, weights, when)
+        self._pushed: dict[tuple[str, str], tuple[str, dict[str, float], float]] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
 
@@ -187,7 +188,8 @@ class Reconciler:
         """Judge the canary on the coordinators' figures; roll it back if it failed."""
         state = record.rollout
         settings = AnalysisSettings.from_dict(state.analysis)
-        figures, covered = self.coordinator_figures.window(record.spec.model, [state.version, state.previous],
+        judged = state.adapter or record.spec.model           # an adapter rollout: that adapter's requests
+        figures, covered = self.coordinator_figures.window(judged, [state.version, state.previous],
                                                            since=state.canary_at, window_s=settings.window_s)
         verdict = judge(settings, state.version, figures[state.version], state.previous, figures[state.previous],
                         covered)
@@ -223,27 +225,36 @@ class Reconciler:
 
     # ---- 3. traffic -------------------------------------------------------------------------
     async def _sync_traffic(self, record: DeploymentRecord, now: float) -> None:
+        """The model's entry, and one per LoRA adapter with its own split (those the controller
+        holds and the record no longer names are cleared)."""
         if not self.controller.connected:
             return
-        desired = record.desired_traffic()
-        held = self.controller.traffic(record.name)
+        wanted = {"": record.desired_traffic(), **record.desired_adapter_traffic()}
+        held_entries = self.controller.traffic_entries(record.name)
+        for adapter in sorted(set(wanted) | set(held_entries)):
+            await self._sync_entry(record, adapter, wanted.get(adapter, {}), held_entries.get(adapter), now)
+
+    async def _sync_entry(self, record: DeploymentRecord, adapter: str, desired: dict[str, float],
+                          held: tuple[str, dict[str, float]] | None, now: float) -> None:
+        key = (record.name, adapter)
         if (held is None and not desired) or held == (record.spec.model, desired):
-            self._pushed.pop(record.name, None)
+            self._pushed.pop(key, None)
             return
-        pushed = self._pushed.get(record.name)
+        pushed = self._pushed.get(key)
         if pushed is not None and pushed[:2] == (record.spec.model, desired) and now - pushed[2] < REPUSH_S:
             return                                 # pushed (or tried) a moment ago: the table may lag
-        self._pushed[record.name] = (record.spec.model, desired, now)
+        self._pushed[key] = (record.spec.model, desired, now)
         try:
-            version = await self.controller.set_traffic(record.name, record.spec.model, desired)
+            version = await self.controller.set_traffic(record.name, record.spec.model, desired, adapter=adapter)
         except TrafficRefused as exc:
             self.metrics.errors.labels("traffic").inc()
             log.warning("traffic not pushed; trying again shortly", extra={
-                "deployment": record.name, "error": str(exc), "retry_s": REPUSH_S})
+                "deployment": record.name, "adapter": adapter, "error": str(exc), "retry_s": REPUSH_S})
             return
         self._count(record.name, "", "traffic")
         log.info("traffic pushed to the controller", extra={
-            "deployment": record.name, "model": record.spec.model, "weights": desired, "routing_version": version})
+            "deployment": record.name, "model": record.spec.model, "adapter": adapter, "weights": desired,
+            "routing_version": version})
 
     # ---- 4. replicas ------------------------------------------------------------------------
     async def _converge(self, record: DeploymentRecord, replicas: list[Replica], now: float) -> None:
@@ -307,8 +318,8 @@ class Reconciler:
         for record in records:
             if not record.deleting or any(r.deployment == record.name for r in replicas):
                 continue
-            if not self.controller.connected or self.controller.traffic(record.name) is not None:
-                continue                                   # the traffic entry must be gone first
+            if not self.controller.connected or self.controller.traffic_entries(record.name):
+                continue                                   # the traffic entries must be gone first
             await self.deployments.update(record.name, lambda r: REMOVE if r.deleting else None)
             self._count(record.name, "", "forget")
             log.info("deployment deleted", extra={"deployment": record.name})

@@ -27,6 +27,9 @@ class RolloutState:
     analysis: dict | None = None      # AnalysisSettings.to_dict() the canary is judged by (None: off)
     tokenizer_change: bool = False    # the new version was allowed another tokenizer / chat template
     canary_at: float = 0.0            # when the canary phase began (the analysis window starts there)
+    adapter: str = ""                 # a LoRA adapter rollout: the adapter whose requests alone are split
+    adapter_path: str = ""            # ... and the new version's directory of it
+    adapter_before: dict | None = None   # the adapter's own split before the rollout (None: it had none)
 
     @property
     def active(self) -> bool:
@@ -65,3 +68,7 @@ class DeploymentRecord:
     def desired_traffic(self) -> dict[str, float]:
         """The weights the controller should hold for this deployment ({} : none)."""
         return {} if self.deleting else dict(self.spec.traffic)
+
+    def desired_adapter_traffic(self) -> dict[str, dict[str, float]]:
+        """LoRA adapter -> the weights of its requests the controller should hold ({}: none)."""
+        return {} if self.deleting else {name: dict(w) for name, w in self.spec.adapter_traffic.items()}

@@ -85,8 +85,9 @@ class DeployerService(deployer_pb2_grpc.DeployerServicer):
 
     async def SetTraffic(self, request, context):
         async with refusals(context, "SetTraffic", request.name, self.owner()):
-            record = await self.deployments.set_traffic(request.name, dict(request.weights))
-        log.info("traffic set", extra={"deployment": record.name, "traffic": record.spec.traffic})
+            record = await self.deployments.set_traffic(request.name, dict(request.weights), adapter=request.adapter)
+        log.info("traffic set", extra={"deployment": record.name, "traffic": record.spec.traffic,
+                                       "adapter_traffic": record.spec.adapter_traffic})
         return self._message(record)
 
     async def Rollout(self, request, context):
@@ -95,11 +96,12 @@ class DeployerService(deployer_pb2_grpc.DeployerServicer):
                 request.name, request.version, request.checkpoint, request.canary, replicas=request.replicas,
                 previous=request.previous, ready_timeout_s=request.ready_timeout_s,
                 allow_tokenizer_change=request.allow_tokenizer_change, analysis=_analysis_overrides(request.analysis),
-                disable_analysis=request.disable_analysis)
+                disable_analysis=request.disable_analysis, adapter=request.adapter, adapter_path=request.adapter_path)
         log.info("rollout started", extra={"deployment": record.name, "version": request.version,
                                            "previous": record.rollout.previous, "canary": request.canary,
                                            "deadline": record.rollout.deadline, "analysis": record.rollout.analysis,
-                                           "tokenizer_change": record.rollout.tokenizer_change})
+                                           "tokenizer_change": record.rollout.tokenizer_change,
+                                           "adapter": record.rollout.adapter})
         return self._message(record)
 
     async def Promote(self, request, context):

@@ -42,12 +42,17 @@ def describe(deployment: pb.Deployment) -> str:
     for row in rows:
         cells = [str(c).ljust(w) if i in (0, 6) else str(c).rjust(w) for i, (c, w) in enumerate(zip(row, widths))]
         lines.append("  " + "  ".join(cells).rstrip())
+    for adapter, split in sorted(spec.adapter_traffic.items()):
+        total_a = sum(split.weights.values()) or 1.0
+        shares = ", ".join(f"{v} {100 * w / total_a:.4g}%" for v, w in sorted(split.weights.items()))
+        lines.append(f"  adapter {adapter}: {shares}")
     for status in deployment.versions:
         if status.last_failure:
             lines.append(f"  {status.version} last failure: {status.last_failure}")
     if deployment.HasField("rollout"):
         r = deployment.rollout
-        lines.append(f"  rollout {r.version} (replacing {r.previous}): {r.phase} — {r.reason}")
+        what = f" of the adapter {r.adapter} ({r.adapter_path})" if r.adapter else ""
+        lines.append(f"  rollout {r.version}{what} (replacing {r.previous}): {r.phase} — {r.reason}")
         if r.tokenizer_change:
             lines.append(f"  {r.version} serves another tokenizer than {r.previous} (allowed)")
         if r.analysis.enabled:

@@ -15,6 +15,8 @@ versions:
       timing: realtime
     resources: {cpu: "2", memory: 4Gi}   # Kubernetes only
 traffic: {v1: 100}              # version -> weight; omitted: every version equally
+adapter_traffic:                # LoRA adapter -> its own split (omitted: the adapter follows `traffic`)
+  sql: {v1: 90, v2: 10}         # (a rollout with --adapter sets and clears this itself)
 ```
 
 Validation is structural here (`parse_spec`, `load_spec`: unknown fields, bad names, negative
@@ -108,6 +110,7 @@ class DeploymentSpec(BaseModel):
     model: str = Field(min_length=1, max_length=200)
     versions: list[VersionSpec] = Field(min_length=1)
     traffic: dict[str, float] = {}
+    adapter_traffic: dict[str, dict[str, float]] = {}
 
     @model_validator(mode="before")
     @classmethod
@@ -134,6 +137,18 @@ class DeploymentSpec(BaseModel):
             check_traffic(traffic, [v.name for v in info.data["versions"]])
         return traffic
 
+    @field_validator("adapter_traffic")
+    @classmethod
+    def _adapter_traffic(cls, adapters: dict[str, dict[str, float]], info: ValidationInfo) -> dict[str, dict[str, float]]:
+        for adapter, weights in adapters.items():
+            check_adapter_name(adapter)
+            if "versions" in info.data:
+                try:
+                    check_traffic(weights, [v.name for v in info.data["versions"]])
+                except ValueError as exc:
+                    raise ValueError(f"{adapter}: {exc}") from None
+        return adapters
+
     def version(self, name: str) -> VersionSpec | None:
         return next((v for v in self.versions if v.name == name), None)
 
@@ -154,6 +169,12 @@ def check_traffic(traffic: dict[str, float], versions: list[str]) -> None:
         raise ValueError(f"weights must be at least 0; negative for {', '.join(negative)}")
     if not sum(traffic.values()) > 0:
         raise ValueError("weights must sum to more than 0")
+
+
+def check_adapter_name(name: str) -> None:
+    """ValueError unless `name` can name a LoRA adapter (what `--lora-modules NAME=PATH` takes)."""
+    if not name or len(name) > 200 or any(c.isspace() or c in "=,@" for c in name):
+        raise ValueError(f"not a LoRA adapter name (1 to 200 characters, no spaces, '=', ',' or '@'): {name!r}")
 
 
 def parse_spec(data: Any, source: str = "spec") -> DeploymentSpec:

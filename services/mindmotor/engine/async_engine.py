@@ -316,8 +316,8 @@ class AsyncLLMEngine:
                         engine.check_invariants()   # idle: the pool must add up
                     continue
                 outputs = engine.step()
-                for out in outputs:
-                    self._deliver(out)
+                if outputs:
+                    self._deliver(outputs)
                 self._start_kv_loads()
                 if not outputs and not engine.has_runnable_requests():   # waiting for KV only: until
                     self._wake.wait(engine.idle_wait_s(_NOTHING_RUNNABLE_WAIT_S))   # a host-tier load ends
@@ -397,13 +397,27 @@ class AsyncLLMEngine:
                   extra={"request_id": pending.request_id})
         self._put(pending, RequestFailed(f"{type(exc).__name__}: {exc}"))
 
-    def _deliver(self, out: RequestOutput) -> None:
-        pending = self._streams.get(out.request_id)
-        if pending is None:
-            return
-        if out.finished:
-            del self._streams[out.request_id]
-        self._put(pending, RequestFailed(out.error) if out.error is not None else out)
+    def _deliver(self, outputs: list[RequestOutput]) -> None:
+        """A step's outputs to their streams: one hand-over per event loop per step (a thread hop
+        per output cost the worker's loop a wake-up each: issue 26)."""
+        streams = self._streams
+        batches: dict[asyncio.AbstractEventLoop, list] = {}
+        for out in outputs:
+            pending = streams.get(out.request_id)
+            if pending is None:
+                continue
+            if out.finished:
+                del streams[out.request_id]
+            item = RequestFailed(out.error) if out.error is not None else out
+            batch = batches.get(pending.loop)
+            if batch is None:
+                batches[pending.loop] = batch = []
+            batch.append((pending.queue, item))
+        for loop, batch in batches.items():
+            try:
+                loop.call_soon_threadsafe(_hand_over, batch)
+            except RuntimeError:                    # that event loop is already closed
+                pass
 
     @staticmethod
     def _put(pending: _Pending, item) -> None:
@@ -411,6 +425,12 @@ class AsyncLLMEngine:
             pending.loop.call_soon_threadsafe(pending.queue.put_nowait, item)
         except RuntimeError:                        # that event loop is already closed
             pass
+
+
+def _hand_over(batch: list) -> None:
+    """On the event loop: one step's outputs into their streams' queues."""
+    for queue, item in batch:
+        queue.put_nowait(item)
 
 
 _NOTHING_RUNNABLE_WAIT_S = 0.05   # longest idle wait while only KV loads are outstanding

@@ -28,6 +28,15 @@ class EngineConfig:
     max_num_partial_prefills: int = 1      # prompts part-way through their prefill at once
     max_num_batched_attention: int | None = 0  # prefill query–key pairs per step; 0: no limit; None: from
                                            # the served model's host cost (engine/step_budget.py)
+    # SLO classes (engine/scheduler.py, "Classes"): lower `priority` runs first and may preempt higher
+    priority_aging_s: float = 0.0          # a request waiting this long goes ahead of all that have not
+                                          # (and is not preempted for them): a bounded wait; 0: no aging
+    lower_class_prefill_tokens: int = 0    # in a step with more urgent work, less urgent prompts' chunks get
+                                          # at most this many tokens together; 0: no cap
+    preferred_batch_size: int = 0          # Triton's dynamic_batching: an idle engine waits for this many
+                                          # waiting requests (0: max_num_seqs) ...
+    batch_timeout_s: float = 0.0           # ... at most this long after the oldest arrived
+                                          # (max_queue_delay_microseconds / 1e6); 0: never waits
     seed: int | None = None               # draws the seeds of requests that bring none; None: each such
                                           # request gets fresh OS entropy (as it must across workers)
     kv_pin_ttl_s: float = 30.0            # prefill-only KV is freed this long after pinning if not released
@@ -83,5 +92,11 @@ class EngineConfig:
                              f"{self.max_lora_rank}")
         if self.max_cpu_loras is not None and self.max_cpu_loras < self.max_loras:
             raise ValueError(f"max_cpu_loras ({self.max_cpu_loras}) must be at least max_loras ({self.max_loras})")
+        if self.priority_aging_s < 0 or self.batch_timeout_s < 0:
+            raise ValueError(f"priority_aging_s and batch_timeout_s must be at least 0 (0: off), got "
+                             f"{self.priority_aging_s} and {self.batch_timeout_s}")
+        if self.lower_class_prefill_tokens < 0 or self.preferred_batch_size < 0:
+            raise ValueError(f"lower_class_prefill_tokens and preferred_batch_size must be at least 0, got "
+                             f"{self.lower_class_prefill_tokens} and {self.preferred_batch_size}")
         if self.kv_host_budget_bytes is not None and self.kv_host_budget_bytes < 1:
             raise ValueError(f"kv_host_budget_bytes must be positive, got {self.kv_host_budget_bytes}")

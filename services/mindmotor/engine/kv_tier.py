@@ -277,6 +277,7 @@ class HostKVTier:
             ready_at = max(now, self._link_free_at) + seconds
             self._link_free_at = ready_at
         self._loads.append(_Load(seq, first, hashes, seconds, ready_at))
+        seq.kv_tier_load = (now, ready_at, len(hashes))     # (a span of the worker's trace)
         return True
 
     def next_ready_at(self) -> float | None:

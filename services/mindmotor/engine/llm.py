@@ -113,8 +113,10 @@ class LLM:
                                          prompt_token_ids=list(seq.prompt_token_ids))
         bar = tqdm(total=len(prompts), desc="generate", disable=not use_tqdm)
         while self.engine.has_unfinished_requests():
-            if not self.engine.has_runnable_requests() and self.engine.next_kv_ready_at() is not None:
-                time.sleep(self.engine.idle_wait_s(0.05))    # only host-tier loads in flight
+            if not self.engine.has_runnable_requests() and (
+                    self.engine.next_kv_ready_at() is not None
+                    or self.engine.scheduler.batch_wait_until(self.engine.clock()) is not None):
+                time.sleep(self.engine.idle_wait_s(0.05))    # host-tier loads in flight, or a fuller batch
             for out in self.engine.step():
                 r = results[out.request_id]
                 o = r.outputs[0]

@@ -205,7 +205,10 @@ class LLMEngine:
             max_model_len=self.max_model_len, enable_chunked_prefill=config.enable_chunked_prefill,
             long_prefill_token_threshold=config.long_prefill_token_threshold,
             max_num_partial_prefills=config.max_num_partial_prefills,
-            max_num_batched_attention=attention_budget), self.block_manager, clock=clock)
+            max_num_batched_attention=attention_budget, priority_aging_s=config.priority_aging_s,
+            lower_class_prefill_tokens=config.lower_class_prefill_tokens,
+            preferred_batch_size=config.preferred_batch_size, batch_timeout_s=config.batch_timeout_s),
+            self.block_manager, clock=clock)
         if self.cost_only:
             self.kv_cache = NoKVCache(config.block_size, profile.num_kv_heads, profile.head_dim)
             self.runner = CostOnlyRunner()
@@ -222,7 +225,7 @@ class LLMEngine:
             else None
         self.lora = self._lora_slots(None if self.cost_only else mcfg) if config.enable_lora else None
         self.runner.lora = self.lora
-        self.scheduler.admission_gate = self.lora.ready if self.lora is not None else None
+        self.scheduler.admission_gate = self.scheduler.run_gate = self.lora.ready if self.lora is not None else None
         self.sampler = Sampler(eos_ids)
         self.outputs = OutputProcessor(self.tokenizer, eos_ids, self.max_model_len)
         self.requests: dict[str, Sequence] = {}
@@ -625,9 +628,11 @@ class LLMEngine:
 
     def idle_wait_s(self, longest: float) -> float:
         """How long a loop with nothing runnable may wait before the next step (at most `longest`):
-        until the next host-tier load ends."""
-        ready = self.next_kv_ready_at()
-        return longest if ready is None else min(longest, max(0.0, ready - self.clock()))
+        until the next host-tier load ends, or an idle engine waiting for a fuller batch
+        (`batch_timeout_s`) starts anyway."""
+        now = self.clock()
+        times = [t for t in (self.next_kv_ready_at(), self.scheduler.batch_wait_until(now)) if t is not None]
+        return min([longest] + [max(0.0, t - now) for t in times])
 
     def has_runnable_requests(self) -> bool:
         """Whether a step now can make progress without news from outside (a KV load finishing, an
@@ -651,8 +656,13 @@ class LLMEngine:
             if self.kv_tier is not None:
                 self.kv_tier.poll(self.scheduler)    # host-tier loads that ended: their requests run
             if self.lora is not None:
-                self.lora.begin_step(self.scheduler.block_holders())
+                s = self.scheduler
+                self.lora.begin_step(s.block_holders(), s.waiting,
+                                     admissible=s.config.max_num_seqs - len(s.running) - s.kv.num_loading)
             sched = self.scheduler.schedule()
+            if sched.empty and self.lora is not None and self.scheduler.running and not self.lora.loading:
+                self.lora.begin_step(self.scheduler.block_holders())   # the newcomers chosen could not
+                sched = self.scheduler.schedule()                        # start (no KV): the running go
             if sched.empty:
                 if self.lora is not None:      # only adapter copies under way: the card waits for one
                     self.device.idle(self.lora.idle())
@@ -661,6 +671,8 @@ class LLMEngine:
             inp, tokens, logprobs, errors = self._execute(sched)
             self._postprocess(sched, inp.sampling, tokens, logprobs, errors)
             self.last_step_s = self.device.run_step(inp.shape, started).seconds
+            if self.lora is not None and (stall := self.lora.take_stall()):
+                self.last_step_s += self.device.stall(stall)   # slot copies the step waited for
             if self.kv_tier is not None and (stall := self.kv_tier.take_stall()):
                 self.last_step_s += self.device.stall(stall)   # sync_load: the copies were on the path
         except Exception as exc:  # noqa: BLE001 - the step's requests fail, the engine is checked

@@ -7,21 +7,30 @@
   requests already admitted keep their `AdapterRecord` (weights included) and finish normally.
 - **Host cache**: the loaded records of up to `max_cpu_loras` adapters, least recently used
   dropped first (a dropped one is read from its directory again when next asked for).
-- **Device slots**: `max_loras` of them. A slot is *busy* while a running sequence (or one
-  waiting for its KV) uses its adapter; an idle slot is reused, least recently used first. Putting
-  an adapter into a slot is an asynchronous copy over the card's host link
-  (`EmulatedDevice.price_host_copy`): the slot is ready that many emulated seconds later.
+- **Device slots**: `max_loras` of them; a step's batch mixes the base model and at most that many
+  adapters (vLLM's `--max-loras`). Which adapters, is chosen anew before every step
+  (`begin_step`) — not held for a request's lifetime, which made a rarely used adapter's request
+  wait seconds for a slot to drain (benchmarks/lora.py measured it: p99 TTFT ~100× the base's):
+  first the adapters of the requests at the head of the queue that could be admitted now (their
+  first token waits on it; with running adapters, one place is kept for them; with a backlog only
+  those passed over for `PATIENCE` steps, so that a burst does not spread over every adapter), then
+  the running adapters, the most work left first (with aging: no starvation; and a bonus for those
+  in a slot already: no thrash). A running sequence whose adapter is not chosen keeps its KV and skips the step.
+  A chosen adapter not in a slot takes the least recently used slot of an unchosen one: a copy
+  over the card's host link (`EmulatedDevice.price_host_copy`) — one of at most `SYNC_COPY_S` is
+  made before the step (the step waits for it: `take_stall`), a longer one overlaps the steps and
+  its adapter's requests wait for it without holding back others, as a continuation waits for
+  its KV. When a step has nothing else to run, the card idles until the first copy lands (`idle`).
 
-The scheduler asks `ready(seq)` before admitting a waiting sequence (its admission gate): True when
-its adapter (if any) is in a ready slot; otherwise a copy is started if a slot is free, and the
-sequence stays in the queue without holding back the others — as a continuation waits for its KV.
-When a step has nothing else to run, the card idles until the first copy lands (`idle`).
+The scheduler asks `ready(seq)` before admitting a waiting sequence and before scheduling a running
+one (its gates): True when its adapter (if any) is one of the step's, loaded.
 
 Timing is the device's emulated time (`now`), so the benchmark's numbers are the emulated card's.
 """
 
 from __future__ import annotations
 
+import heapq
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -55,17 +64,34 @@ class AdapterRecord:
         return adapter_root(self.name if self.epoch == 1 else f"{self.name}#{self.epoch}")
 
 
+# A slot copy this short (rank 8 on q/k/v/o of a 7B model: 10 MB, ~0.2 ms over a 910B's host
+# link, against steps of 10+ ms) is made before the step that needs it, which waits for it; a
+# longer one overlaps the steps and its adapter's requests wait for it instead.
+SYNC_COPY_S = 0.002
+# The running adapters' order (`begin_step`), in tokens of work left: measured on
+# benchmarks/lora.py (--quick and full), most-work-left first beat most-sequences-first (throughput
+# 0.80 vs 0.77 of the base's at --quick); the aging and the bonus changed it by ±1 % and cut the slot
+# copies 3×.
+AGING = 2.0
+RESIDENT_BONUS = 16.0
+# Newcomers' adapters go first while the queue holds at most SHORT_QUEUE × max_loras requests; with
+# a longer one only those passed over for PATIENCE steps (the full benchmark's burst: newcomers
+# always first spread the running requests over all 16 adapters, 1.68× the one-slot capacity
+# instead of 2.0×; PATIENCE 20 / 50 / 200 / 1000 steps gave 1.88 / 2.02 / 2.00 / 2.05×).
+SHORT_QUEUE = 2
+PATIENCE = 50
+
+
 @dataclass
 class _Slot:
     record: AdapterRecord | None = None
     ready_at: float = 0.0
     last_used: float = 0.0
-    draining: bool = False      # admits no new request: freed for a waiting adapter once its running ones end
 
 
 class LoraSlots:
     def __init__(self, *, max_loras: int, max_cpu_loras: int, max_rank: int, config: LlamaConfig | None,
-                 price_copy: Callable[[int], float], now: Callable[[], float], drain_after_s: float = 2.0):
+                 price_copy: Callable[[int], float], now: Callable[[], float]):
         if max_loras < 1:
             raise ValueError(f"max_loras must be at least 1, got {max_loras}")
         if max_cpu_loras < max_loras:
@@ -81,12 +107,13 @@ class LoraSlots:
         self.epochs: dict[str, int] = {}                         # name → which add() (the prefix cache's key)
         self.host: OrderedDict[str, AdapterRecord] = OrderedDict()
         self.slots = [_Slot() for _ in range(max_loras)]
-        self._busy: set[int] = set()                             # slots in use this step
+        self._chosen: set[int] = set()                           # id() of this step's adapters
+        self._waited: dict[int, int] = {}                        # id() of a running adapter -> steps left out
+        self._waited_new: dict[int, int] = {}                    # id() of a newcomer's adapter -> steps left out
+        self._stall_s = 0.0
         self.loads = 0                                           # copies into a slot
         self.load_s = 0.0                                        # their emulated seconds
         self.requests: dict[str, int] = {}                       # per adapter, requests admitted
-        self.drain_after_s = drain_after_s
-        self._refused_since: dict[str, float] = {}               # request id → first refused for want of a slot
 
     # ---- known adapters ---------------------------------------------------------------------
     def add(self, name: str, path: str) -> AdapterRecord:
@@ -149,11 +176,93 @@ class LoraSlots:
             self.host.popitem(last=False)
 
     # ---- device slots -----------------------------------------------------------------------
-    def begin_step(self, holders) -> None:
-        """Before scheduling: the slots the sequences holding blocks use are busy."""
-        if len(self._refused_since) > 100_000:              # entries of requests aborted while refused
-            self._refused_since.clear()
-        self._busy = {i for i in (self.slot_of(s.lora) for s in holders if s.lora is not None) if i is not None}
+    def begin_step(self, holders, waiting=(), admissible: int | None = None) -> None:
+        """Before scheduling: choose the adapters of this step's batch (at most `max_loras`) and
+        put each in a slot (see the module docstring). `holders`: the sequences holding blocks
+        (running ones among them); `waiting`: the queue, in order; `admissible`: how many of its
+        head could be admitted now (None: all)."""
+        running: dict[int, list] = {}                       # id(record) -> [record, most tokens left]
+        for s in holders:
+            if s.lora is not None:
+                entry = running.setdefault(id(s.lora), [s.lora, 0])
+                entry[1] = max(entry[1], s.params.max_tokens - s.num_output_tokens if s.params.max_tokens else 1)
+        newcomers: list[AdapterRecord] = []                 # of the admissible head of the queue, in order
+        looked = 8 * self.max_loras                         # enough heads to find the newcomers' adapters
+        heads = heapq.nsmallest(max(0, min(looked, len(waiting) if admissible is None else admissible)), waiting)
+        for s in heads:
+            if s.lora is not None and s.lora not in newcomers:
+                newcomers.append(s.lora)
+        chosen: list[AdapterRecord] = []
+        # newcomers first (their first token waits on it) while the queue is short; with a long
+        # one (a backlog: capacity matters) only those passed over for PATIENCE steps, else the
+        # running adapters would be spread over more and more adapters, each step serving few of
+        # them. With running adapters one place stays theirs, so that a step always makes progress
+        # (with one slot a patient newcomer takes it now and then).
+        patient = [r for r in newcomers if self._waited_new.get(id(r), 0) >= PATIENCE]
+        urgent = newcomers if len(waiting) <= SHORT_QUEUE * self.max_loras else patient
+        room = self.max_loras - (1 if running else 0)
+        for record in urgent:
+            if len(chosen) >= room:
+                break
+            chosen.append(record)
+        if not chosen and patient:
+            chosen.append(patient[0])
+        # then the running adapters, the most work left first (the tokens its longest sequence may
+        # still make: the steps it needs at least), plus AGING per step it was left out (no adapter
+        # starves) and RESIDENT_BONUS if it is in a slot already (no copy: less thrash)
+        def need(entry) -> float:
+            record, left = entry
+            resident = RESIDENT_BONUS if self.slot_of(record) is not None else 0
+            return left + AGING * self._waited.get(id(record), 0) + resident
+
+        by_need = sorted(running.values(), key=need, reverse=True)
+        for record, _ in by_need:
+            if len(chosen) >= self.max_loras:
+                break
+            if record not in chosen:
+                chosen.append(record)
+        for record in newcomers:                             # places left: the other newcomers
+            if record not in chosen and len(chosen) < self.max_loras:
+                chosen.append(record)
+        self._waited_new = {id(r): self._waited_new.get(id(r), 0) + 1 for r in newcomers if r not in chosen}
+        for record, _ in running.values():
+            key = id(record)
+            self._waited[key] = 0 if record in chosen else self._waited.get(key, 0) + 1
+        self._waited = {k: v for k, v in self._waited.items() if k in running}
+        self._chosen = {id(r) for r in chosen}
+        self._place(chosen)
+
+    def _place(self, chosen: list[AdapterRecord]) -> None:
+        """Every chosen adapter into a slot: those already in one stay, the others take the slots of
+        adapters not chosen, least recently used first. A copy short enough (`SYNC_COPY_S`) is made
+        before the step (the step waits for it: `take_stall`); a longer one runs beside the steps and
+        the adapter's requests wait for it."""
+        now = self.now()
+        keep = {self.slot_of(r) for r in chosen} - {None}
+        for record in chosen:
+            if self.slot_of(record) is not None:
+                self.slots[self.slot_of(record)].last_used = now
+                continue
+            free = [j for j in range(len(self.slots)) if j not in keep and self.slots[j].ready_at <= now]
+            if not free:                                    # every other slot's copy is still under way
+                self._chosen.discard(id(record))
+                continue
+            j = min(free, key=lambda k: (self.slots[k].record is not None, self.slots[k].last_used))
+            if self.stack is not None:
+                self.stack.set(j, record.adapter)
+            seconds = self.price_copy(record.device_bytes)
+            synchronous = seconds <= SYNC_COPY_S
+            if synchronous:
+                self._stall_s += seconds
+            self.slots[j] = _Slot(record, ready_at=now if synchronous else now + seconds, last_used=now)
+            keep.add(j)
+            self.loads += 1
+            self.load_s += seconds
+
+    def take_stall(self) -> float:
+        """Emulated seconds of this step's slot copies made before it (the step waits for them)."""
+        stall, self._stall_s = self._stall_s, 0.0
+        return stall
 
     def slot_of(self, record: AdapterRecord) -> int | None:
         for i, slot in enumerate(self.slots):
@@ -162,49 +271,15 @@ class LoraSlots:
         return None
 
     def ready(self, seq) -> bool:
-        """The scheduler's admission gate (see the module docstring)."""
+        """The scheduler's gates (admission, and running sequences each step): True when the
+        sequence's adapter (if any) is one of this step's and its slot is loaded."""
         record = seq.lora
         if record is None:
             return True
-        now = self.now()
-        i = self.slot_of(record)
-        if i is not None:
-            slot = self.slots[i]
-            if slot.ready_at > now or slot.draining:
-                return False                                # its copy is under way, or it is being freed
-            slot.last_used = now
-            self._busy.add(i)
-            self._refused_since.pop(seq.request_id, None)
-            return True
-        free = [j for j, s in enumerate(self.slots) if j not in self._busy and s.ready_at <= now]
-        if not free:                                        # every slot in use: it waits its turn, and
-            since = self._refused_since.setdefault(seq.request_id, now)
-            if now - since >= self.drain_after_s:           # after a while one slot stops taking new
-                self._drain_one(now)                        # requests, to be freed for it
+        if id(record) not in self._chosen:
             return False
-        self._refused_since.pop(seq.request_id, None)
-        j = min(free, key=lambda k: (self.slots[k].record is not None, self.slots[k].last_used))
-        if self.stack is not None:
-            self.stack.set(j, record.adapter)
-        seconds = self.price_copy(record.device_bytes)
-        self.slots[j] = _Slot(record, ready_at=now + seconds, last_used=now)
-        self._busy.add(j)                                   # reserved for it until the copy lands
-        self.loads += 1
-        self.load_s += seconds
-        return False
-
-    def _drain_one(self, now: float) -> None:
-        """Without this, adapters with a steady stream of requests would hold their slots forever
-        and a rarely used one would never get in (starvation): the least recently admitted slot
-        stops admitting, so it frees as soon as its running requests end. One at a time, and only
-        for a request refused for `drain_after_s` (draining sooner shrinks every batch: measured in
-        benchmarks/lora.py, draining at once cut the one-slot baseline's throughput 7×)."""
-        if any(s.draining for s in self.slots):
-            return
-        candidates = [j for j, s in enumerate(self.slots)         # each adapter keeps its slot a while
-                      if s.record is not None and s.ready_at + self.drain_after_s <= now]
-        if candidates:
-            self.slots[min(candidates, key=lambda k: self.slots[k].last_used)].draining = True
+        i = self.slot_of(record)
+        return i is not None and self.slots[i].ready_at <= self.now()
 
     @property
     def loading(self) -> bool:

@@ -31,6 +31,7 @@ class RequestOutput:
     first_scheduled_time: float | None = None
     first_token_time: float | None = None
     num_preemptions: int = 0
+    kv_tier_load: tuple[float, float, int] | None = None   # its last KV host-tier load: start, end, blocks
 
 
 class OutputProcessor:
@@ -147,5 +148,6 @@ class OutputProcessor:
             num_prompt_tokens=seq.num_prompt_tokens, num_output_tokens=seq.num_output_tokens,
             num_cached_tokens=seq.num_cached_tokens, new_logprobs=new_logprobs,
             **(dict(arrival_time=seq.arrival_time, first_scheduled_time=seq.first_scheduled_time,
-                    first_token_time=seq.first_token_time, num_preemptions=seq.num_preemptions)
+                    first_token_time=seq.first_token_time, num_preemptions=seq.num_preemptions,
+                    kv_tier_load=seq.kv_tier_load)
                if finished else {}))

@@ -22,6 +22,7 @@ class Sequence:
     params: SamplingParams
     arrival_time: float
     priority: int = 0                      # lower runs first; FCFS within a priority
+    aged: bool = False                     # waited the scheduler's priority_aging_s: ahead of all that have not
     status: SequenceStatus = SequenceStatus.WAITING
     output_token_ids: list[int] = field(default_factory=list)   # with those made elsewhere (a continuation)
     num_computed_tokens: int = 0           # tokens whose K/V are in the cache
@@ -36,6 +37,7 @@ class Sequence:
     rng: np.random.Generator | None = None
     first_scheduled_time: float | None = None   # the start of its first step (vLLM: leaves WAITING)
     first_token_time: float | None = None
+    kv_tier_load: tuple[float, float, int] | None = None   # its last host-tier load: start, end (engine clock), blocks
     output_text: str = ""
     logprobs: list = field(default_factory=list)
     # prompt_logprobs asked: one per prompt token after the first, computed by this engine's prefill
@@ -74,9 +76,12 @@ class Sequence:
         return self.prompt_token_ids + self.output_token_ids
 
     @property
-    def sort_key(self) -> tuple[int, float]:
-        """Who runs first (smallest) and who is preempted first (largest)."""
-        return (self.priority, self.arrival_time)
+    def sort_key(self) -> tuple[int, int, float]:
+        """Who runs first (smallest) and who is preempted first (largest): aged sequences first,
+        oldest first; then the others by (priority, arrival)."""
+        if self.aged:
+            return (0, 0, self.arrival_time)
+        return (1, self.priority, self.arrival_time)
 
     def __lt__(self, other: "Sequence") -> bool:
         return self.sort_key < other.sort_key

@@ -18,6 +18,12 @@ token — does not grow with the prompts that happen to be prefilling:
 A decode (one token) is never limited by the attention budget: the budget exists to protect decodes.
 When the attention budget leaves no room for even one token at a chunk's depth, the step's first
 prefill chunk still gets one token, so every prompt always makes progress.
+
+Classes (`lower_class_tokens`, the scheduler's `lower_class_prefill_tokens`; 0: off): in a step
+that already holds a sequence of a more urgent priority (lower number), the prefill chunks of less
+urgent sequences together get at most that many tokens — a batch prompt's chunk cannot stretch the
+step that carries an interactive prompt's first token or an interactive stream's next one. A step
+with one class only is not limited by it, nor is a step without chunked prefill.
 """
 
 from __future__ import annotations
@@ -62,16 +68,23 @@ class StepBudget:
     chunk_tokens: int = 0                    # long_prefill_token_threshold; 0: no cap
     chunked: bool = True                     # without chunked prefill a prompt fits whole or waits
     attention_spent: int = 0                 # by this step's prefill chunks so far
-    _charged: dict[int, tuple[int, int]] = field(default_factory=dict)   # id(seq) → (tokens, pairs)
+    lower_class_tokens: int = 0              # prefill tokens of sequences less urgent than the step's most
+                                             # urgent one; 0: no cap
+    lower_class_spent: int = 0
+    top_priority: int | None = 0             # the most urgent priority this step holds so far (0: the default
+                                             # class; less urgent ones are background work, always capped)
+    _charged: dict[int, tuple[int, int, int]] = field(default_factory=dict)   # id(seq) → (tokens, pairs, lower)
 
-    def num_new_tokens(self, num_remaining: int, num_computed: int) -> int:
+    def num_new_tokens(self, num_remaining: int, num_computed: int, priority: int | None = None) -> int:
         """How many of a sequence's `num_remaining` uncomputed tokens (after `num_computed`) this
-        step can take; 0: none."""
+        step can take; 0: none. `priority`: the sequence's (for the lower-class cap)."""
         if num_remaining <= 1:                               # a decode, or a prompt's last token
             return min(num_remaining, self.tokens)
-        if not self.chunked:
+        if not self.chunked:                 # (the lower-class cap needs chunks: a prompt could never fit)
             return num_remaining if num_remaining <= self.tokens else 0
         n = min(num_remaining, self.tokens)
+        if self._lower(priority):
+            n = min(n, self.lower_class_tokens - self.lower_class_spent)
         if self.chunk_tokens:
             n = min(n, self.chunk_tokens)
         if self.attention_limit is not None:
@@ -81,16 +94,25 @@ class StepBudget:
             n = min(n, fit)
         return max(n, 0)
 
+    def _lower(self, priority: int | None) -> bool:
+        return bool(self.lower_class_tokens) and priority is not None and self.top_priority is not None \
+            and priority > self.top_priority
+
     def take(self, seq, num_new: int, num_computed: int, prefill: bool) -> None:
         """Charge `num_new` tokens of `seq` (a prefill chunk's attention too)."""
         pairs = attention_pairs(num_new, num_computed) if prefill and self.chunked else 0
+        lower = num_new if prefill and self.chunked and self._lower(seq.priority) else 0
         self.tokens -= num_new
         self.attention_spent += pairs
-        self._charged[id(seq)] = (num_new, pairs)
+        self.lower_class_spent += lower
+        if self.top_priority is None or seq.priority < self.top_priority:
+            self.top_priority = seq.priority
+        self._charged[id(seq)] = (num_new, pairs, lower)
 
     def refund(self, seq) -> int:
         """Give back what `seq` was charged (it was preempted after being scheduled); its tokens."""
-        num_new, pairs = self._charged.pop(id(seq), (0, 0))
+        num_new, pairs, lower = self._charged.pop(id(seq), (0, 0, 0))
         self.tokens += num_new
         self.attention_spent -= pairs
+        self.lower_class_spent -= lower
         return num_new

@@ -17,6 +17,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--port", type=int, default=None, help="the API port (default: 8000; 0: free)")
     parser.add_argument("--workers", type=int, default=None, help="workers for the (first) model (default: 2)")
     parser.add_argument("--model", default=None, help="checkpoint directory (default: the bundled demo)")
+    parser.add_argument("--model-repository", default=None, metavar="DIR",
+                        help="serve the models of a Triton model repository: DIR/<name>/config.pbtxt with "
+                             'platform: "mindmotor_llm" (max_batch_size, dynamic_batching, parameters '
+                             "{ checkpoint }; docs/operations.md); instead of --model and the config's models")
     parser.add_argument("--timing", choices=("realtime", "virtual"), default=None)
     parser.add_argument("--api-key-file", default=None, metavar="FILE",
                         help="the API keys the coordinators accept, one a line (also: $MINDMOTOR_API_KEYS, "
@@ -62,8 +66,11 @@ def run_up(args: argparse.Namespace) -> int:
 
     setup_logging("up", args.log_level)
     try:
+        if args.model_repository is not None and args.model is not None:
+            raise ValueError("give either --model or --model-repository, not both")
         config = PlatformConfig.load(args.config, host=args.host, port=args.port, api_key_file=args.api_key_file,
-                                     state_dir=args.state_dir, log_dir=args.log_dir)
+                                     state_dir=args.state_dir, log_dir=args.log_dir,
+                                     model_repository=args.model_repository)
         changes = {k: v for k, v in {"workers": args.workers, "path": args.model,
                                      "timing": args.timing}.items() if v is not None}
         lora_args = lora_flags(args)

@@ -24,6 +24,7 @@ class ModelSpec(BaseModel):
 
     path: str | None = None
     name: str | None = Field(None, pattern=r"^[a-z]([a-z0-9-]{0,22}[a-z0-9])?$")
+    served_model_name: str | None = Field(None, min_length=1, max_length=256)   # None: the checkpoint's directory name
     workers: int = Field(2, ge=1, le=64)
     device: str = "910B3"
     emulate: str | None = None
@@ -88,12 +89,25 @@ class PlatformConfig(ServiceSettings):
     controller_args: list[str] = []
     deployer_args: list[str] = []
     coordinator_args: list[str] = []
+    model_repository: str | None = None              # a Triton model repository: its models replace `models`
     models: list[ModelSpec] = Field(default_factory=lambda: [ModelSpec()], min_length=1)
 
     @field_validator("api_keys", mode="before")
     @classmethod
     def _api_key_list(cls, value: Any) -> Any:
         return split_list(value)
+
+    @model_validator(mode="after")
+    def _model_repository(self) -> "PlatformConfig":
+        """A Triton model repository's models (launcher/model_repository.py) replace `models`."""
+        if self.model_repository is None:
+            return self
+        if "models" in self.model_fields_set:
+            raise ValueError("give either model_repository or models, not both")
+        from .model_repository import load_repository
+
+        self.models = [ModelSpec.model_validate(spec) for spec in load_repository(self.model_repository)]
+        return self
 
     @model_validator(mode="after")
     def _api_keys(self) -> "PlatformConfig":

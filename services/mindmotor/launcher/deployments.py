@@ -3,7 +3,7 @@ version `v1` whose replicas are that model's workers.
 
     specs = deployment_specs(config)      # SpecError / ValueError for a config that cannot run
 
-The served model name is the checkpoint directory's name (what requests ask for, as before); the
+The served model name is the entry's `served_model_name`, else the checkpoint directory's name; the
 deployment's name is the entry's `name`, else that name made a valid deployment name. A model's
 `device`, `emulate`, `tp`, `timing`, `node` and `extra_args` become the version's `worker:`
 settings (checked against `mindmotor worker`'s own flags); `roles` become its prefill/decode counts.
@@ -44,7 +44,8 @@ def deployment_spec(model: ModelSpec, index: int = 0) -> DeploymentSpec:
     version = {"name": VERSION, "checkpoint": str(directory) if model.path else None, "replicas": model.workers,
                "prefill": roles.count(Role.PREFILL), "decode": roles.count(Role.DECODE), "worker": worker}
     try:
-        return parse_spec({"name": model.name or deployment_name(directory.name, index), "model": directory.name,
+        return parse_spec({"name": model.name or deployment_name(directory.name, index),
+                           "model": model.served_model_name or directory.name,
                            "versions": [version], "traffic": {VERSION: 100}}, f"models[{index}]")
     except SpecError as exc:
         raise ValueError(str(exc)) from None

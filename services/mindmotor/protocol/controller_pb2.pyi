@@ -140,7 +140,7 @@ class RoutingTable(_message.Message):
     def __init__(self, version: _Optional[int] = ..., instances: _Optional[_Iterable[_Union[InstanceInfo, _Mapping]]] = ..., controller_id: _Optional[str] = ..., from_leader: _Optional[bool] = ..., generated_at: _Optional[float] = ..., traffic: _Optional[_Iterable[_Union[TrafficSplit, _Mapping]]] = ...) -> None: ...
 
 class TrafficSplit(_message.Message):
-    __slots__ = ("deployment", "model", "weights")
+    __slots__ = ("deployment", "model", "weights", "adapter")
     class WeightsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -151,10 +151,12 @@ class TrafficSplit(_message.Message):
     DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     WEIGHTS_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_FIELD_NUMBER: _ClassVar[int]
     deployment: str
     model: str
     weights: _containers.ScalarMap[str, float]
-    def __init__(self, deployment: _Optional[str] = ..., model: _Optional[str] = ..., weights: _Optional[_Mapping[str, float]] = ...) -> None: ...
+    adapter: str
+    def __init__(self, deployment: _Optional[str] = ..., model: _Optional[str] = ..., weights: _Optional[_Mapping[str, float]] = ..., adapter: _Optional[str] = ...) -> None: ...
 
 class InstanceInfo(_message.Message):
     __slots__ = ("instance_id", "address", "metrics_address", "model", "role", "device", "max_model_len", "block_size", "deployment", "version", "weight", "state", "routable", "load", "cached_block_hashes")
@@ -237,7 +239,7 @@ class DeregisterResponse(_message.Message):
     def __init__(self, found: _Optional[bool] = ...) -> None: ...
 
 class SetTrafficRequest(_message.Message):
-    __slots__ = ("deployment", "model", "weights")
+    __slots__ = ("deployment", "model", "weights", "adapter")
     class WeightsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -248,10 +250,12 @@ class SetTrafficRequest(_message.Message):
     DEPLOYMENT_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     WEIGHTS_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_FIELD_NUMBER: _ClassVar[int]
     deployment: str
     model: str
     weights: _containers.ScalarMap[str, float]
-    def __init__(self, deployment: _Optional[str] = ..., model: _Optional[str] = ..., weights: _Optional[_Mapping[str, float]] = ...) -> None: ...
+    adapter: str
+    def __init__(self, deployment: _Optional[str] = ..., model: _Optional[str] = ..., weights: _Optional[_Mapping[str, float]] = ..., adapter: _Optional[str] = ...) -> None: ...
 
 class SetTrafficResponse(_message.Message):
     __slots__ = ("version",)

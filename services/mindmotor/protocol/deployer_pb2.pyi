@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class DeploymentSpec(_message.Message):
-    __slots__ = ("name", "model", "versions", "traffic")
+    __slots__ = ("name", "model", "versions", "traffic", "adapter_traffic")
     class TrafficEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -15,15 +15,37 @@ class DeploymentSpec(_message.Message):
         key: str
         value: float
         def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class AdapterTrafficEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: AdapterTraffic
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[AdapterTraffic, _Mapping]] = ...) -> None: ...
     NAME_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     VERSIONS_FIELD_NUMBER: _ClassVar[int]
     TRAFFIC_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_TRAFFIC_FIELD_NUMBER: _ClassVar[int]
     name: str
     model: str
     versions: _containers.RepeatedCompositeFieldContainer[VersionSpec]
     traffic: _containers.ScalarMap[str, float]
-    def __init__(self, name: _Optional[str] = ..., model: _Optional[str] = ..., versions: _Optional[_Iterable[_Union[VersionSpec, _Mapping]]] = ..., traffic: _Optional[_Mapping[str, float]] = ...) -> None: ...
+    adapter_traffic: _containers.MessageMap[str, AdapterTraffic]
+    def __init__(self, name: _Optional[str] = ..., model: _Optional[str] = ..., versions: _Optional[_Iterable[_Union[VersionSpec, _Mapping]]] = ..., traffic: _Optional[_Mapping[str, float]] = ..., adapter_traffic: _Optional[_Mapping[str, AdapterTraffic]] = ...) -> None: ...
+
+class AdapterTraffic(_message.Message):
+    __slots__ = ("weights",)
+    class WeightsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    WEIGHTS_FIELD_NUMBER: _ClassVar[int]
+    weights: _containers.ScalarMap[str, float]
+    def __init__(self, weights: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class VersionSpec(_message.Message):
     __slots__ = ("name", "checkpoint", "replicas", "prefill", "decode", "worker", "resources")
@@ -92,7 +114,7 @@ class VersionStatus(_message.Message):
     def __init__(self, version: _Optional[str] = ..., desired: _Optional[int] = ..., running: _Optional[int] = ..., ready: _Optional[int] = ..., restarts: _Optional[int] = ..., weight: _Optional[float] = ..., last_failure: _Optional[str] = ...) -> None: ...
 
 class RolloutStatus(_message.Message):
-    __slots__ = ("version", "previous", "canary", "phase", "reason", "started_at", "deadline", "updated_at", "analysis", "tokenizer_change", "canary_at", "figures")
+    __slots__ = ("version", "previous", "canary", "phase", "reason", "started_at", "deadline", "updated_at", "analysis", "tokenizer_change", "canary_at", "figures", "adapter", "adapter_path")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_FIELD_NUMBER: _ClassVar[int]
     CANARY_FIELD_NUMBER: _ClassVar[int]
@@ -105,6 +127,8 @@ class RolloutStatus(_message.Message):
     TOKENIZER_CHANGE_FIELD_NUMBER: _ClassVar[int]
     CANARY_AT_FIELD_NUMBER: _ClassVar[int]
     FIGURES_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_PATH_FIELD_NUMBER: _ClassVar[int]
     version: str
     previous: str
     canary: float
@@ -117,7 +141,9 @@ class RolloutStatus(_message.Message):
     tokenizer_change: bool
     canary_at: float
     figures: str
-    def __init__(self, version: _Optional[str] = ..., previous: _Optional[str] = ..., canary: _Optional[float] = ..., phase: _Optional[str] = ..., reason: _Optional[str] = ..., started_at: _Optional[float] = ..., deadline: _Optional[float] = ..., updated_at: _Optional[float] = ..., analysis: _Optional[_Union[RolloutAnalysis, _Mapping]] = ..., tokenizer_change: _Optional[bool] = ..., canary_at: _Optional[float] = ..., figures: _Optional[str] = ...) -> None: ...
+    adapter: str
+    adapter_path: str
+    def __init__(self, version: _Optional[str] = ..., previous: _Optional[str] = ..., canary: _Optional[float] = ..., phase: _Optional[str] = ..., reason: _Optional[str] = ..., started_at: _Optional[float] = ..., deadline: _Optional[float] = ..., updated_at: _Optional[float] = ..., analysis: _Optional[_Union[RolloutAnalysis, _Mapping]] = ..., tokenizer_change: _Optional[bool] = ..., canary_at: _Optional[float] = ..., figures: _Optional[str] = ..., adapter: _Optional[str] = ..., adapter_path: _Optional[str] = ...) -> None: ...
 
 class RolloutAnalysis(_message.Message):
     __slots__ = ("enabled", "max_error_rate_increase", "max_ttft_p90_increase", "window_s", "min_requests")
@@ -164,7 +190,7 @@ class DeleteDeploymentRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class SetDeploymentTrafficRequest(_message.Message):
-    __slots__ = ("name", "weights")
+    __slots__ = ("name", "weights", "adapter")
     class WeightsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -174,12 +200,14 @@ class SetDeploymentTrafficRequest(_message.Message):
         def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     NAME_FIELD_NUMBER: _ClassVar[int]
     WEIGHTS_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_FIELD_NUMBER: _ClassVar[int]
     name: str
     weights: _containers.ScalarMap[str, float]
-    def __init__(self, name: _Optional[str] = ..., weights: _Optional[_Mapping[str, float]] = ...) -> None: ...
+    adapter: str
+    def __init__(self, name: _Optional[str] = ..., weights: _Optional[_Mapping[str, float]] = ..., adapter: _Optional[str] = ...) -> None: ...
 
 class RolloutRequest(_message.Message):
-    __slots__ = ("name", "version", "checkpoint", "canary", "replicas", "previous", "ready_timeout_s", "allow_tokenizer_change", "analysis", "disable_analysis")
+    __slots__ = ("name", "version", "checkpoint", "canary", "replicas", "previous", "ready_timeout_s", "allow_tokenizer_change", "analysis", "disable_analysis", "adapter", "adapter_path")
     NAME_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
@@ -190,6 +218,8 @@ class RolloutRequest(_message.Message):
     ALLOW_TOKENIZER_CHANGE_FIELD_NUMBER: _ClassVar[int]
     ANALYSIS_FIELD_NUMBER: _ClassVar[int]
     DISABLE_ANALYSIS_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_PATH_FIELD_NUMBER: _ClassVar[int]
     name: str
     version: str
     checkpoint: str
@@ -200,7 +230,9 @@ class RolloutRequest(_message.Message):
     allow_tokenizer_change: bool
     analysis: RolloutAnalysis
     disable_analysis: bool
-    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., checkpoint: _Optional[str] = ..., canary: _Optional[float] = ..., replicas: _Optional[int] = ..., previous: _Optional[str] = ..., ready_timeout_s: _Optional[float] = ..., allow_tokenizer_change: _Optional[bool] = ..., analysis: _Optional[_Union[RolloutAnalysis, _Mapping]] = ..., disable_analysis: _Optional[bool] = ...) -> None: ...
+    adapter: str
+    adapter_path: str
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., checkpoint: _Optional[str] = ..., canary: _Optional[float] = ..., replicas: _Optional[int] = ..., previous: _Optional[str] = ..., ready_timeout_s: _Optional[float] = ..., allow_tokenizer_change: _Optional[bool] = ..., analysis: _Optional[_Union[RolloutAnalysis, _Mapping]] = ..., disable_analysis: _Optional[bool] = ..., adapter: _Optional[str] = ..., adapter_path: _Optional[str] = ...) -> None: ...
 
 class PromoteRequest(_message.Message):
     __slots__ = ("name",)

@@ -138,6 +138,7 @@ class DeployerServicer:
         metrics): a canary whose error rate or p90 time to first token is worse than the previous
         version's by more than the margins over the window is rolled back by itself — phase "failed",
         the figures in the reason.
+        With `adapter`: a new version of one LoRA adapter, its traffic alone split (see RolloutRequest).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -15,6 +15,6 @@ def request_digest(prompt: Sequence[int] | str, sampling: pb.SamplingParams) -> 
     if isinstance(prompt, str):
         h.update(b"text:" + prompt.encode("utf-8", "surrogatepass"))
     else:
-        h.update(b"ids:" + b",".join(str(int(t)).encode() for t in prompt))
+        h.update(b"ids:" + ",".join(map(str, map(int, prompt))).encode())    # the same bytes, at C speed
     h.update(b"|" + sampling.SerializeToString(deterministic=True))
     return h.digest()[:16]

@@ -39,6 +39,11 @@ class WorkerStub:
                 request_serializer=worker__pb2.GenerateRequest.SerializeToString,
                 response_deserializer=worker__pb2.GenerateResponse.FromString,
                 _registered_method=True)
+        self.GenerateUnary = channel.unary_unary(
+                '/mindmotor.v1.Worker/GenerateUnary',
+                request_serializer=worker__pb2.GenerateRequest.SerializeToString,
+                response_deserializer=worker__pb2.GenerateResponse.FromString,
+                _registered_method=True)
         self.Abort = channel.unary_unary(
                 '/mindmotor.v1.Worker/Abort',
                 request_serializer=worker__pb2.AbortRequest.SerializeToString,
@@ -109,6 +114,16 @@ class WorkerServicer:
         its message), UNAVAILABLE while draining, ALREADY_EXISTS for a request id in use.
         Cancelling the call aborts the request and frees its KV blocks. A stream silent for
         --stream-keepalive gets a `keepalive` message while the engine makes progress.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GenerateUnary(self, request, context):
+        """Generate as one answer, for a caller that wants the whole output at once (a non-streamed
+        HTTP request): one GenerateResponse with every token, the text, the logprobs, the finish and
+        usage (as Generate's chunks concatenated; no keepalives). Statuses and trailing metadata as
+        Generate's; cancelling the call aborts the request.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -214,6 +229,11 @@ def add_WorkerServicer_to_server(servicer, server):
                     request_deserializer=worker__pb2.GenerateRequest.FromString,
                     response_serializer=worker__pb2.GenerateResponse.SerializeToString,
             ),
+            'GenerateUnary': grpc.unary_unary_rpc_method_handler(
+                    servicer.GenerateUnary,
+                    request_deserializer=worker__pb2.GenerateRequest.FromString,
+                    response_serializer=worker__pb2.GenerateResponse.SerializeToString,
+            ),
             'Abort': grpc.unary_unary_rpc_method_handler(
                     servicer.Abort,
                     request_deserializer=worker__pb2.AbortRequest.FromString,
@@ -300,6 +320,33 @@ class Worker:
             request,
             target,
             '/mindmotor.v1.Worker/Generate',
+            worker__pb2.GenerateRequest.SerializeToString,
+            worker__pb2.GenerateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GenerateUnary(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mindmotor.v1.Worker/GenerateUnary',
             worker__pb2.GenerateRequest.SerializeToString,
             worker__pb2.GenerateResponse.FromString,
             options,

@@ -15,6 +15,7 @@ routable) is a readiness matter, not a reason to kill. `failures` probes in a ro
 
 from __future__ import annotations
 
+import functools
 import ssl
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable
@@ -34,9 +35,20 @@ class LivenessSettings(BaseModel):
     failures: int = Field(3, ge=1)            # probes in a row without an answer before the kill
 
 
+@functools.lru_cache(maxsize=16)
+def _tls_context(verify: str | bool) -> ssl.SSLContext | bool:
+    """One TLS context per CA file (or the system's), made once: building one loads and parses the
+    CA bundle, which cost more CPU than the probe itself (a replica supervisor probing 4 replicas
+    every 2 s spent ~0.1 of a core idle on it)."""
+    if verify is False:
+        return False
+    return ssl.create_default_context(cafile=verify) if isinstance(verify, str) else ssl.create_default_context()
+
+
 def answers(url: str, timeout_s: float, verify: str | bool = True) -> bool:
-    """Any HTTP response in time (whatever its status); `verify`: the CA file for an https URL."""
-    context = ssl.create_default_context(cafile=verify) if isinstance(verify, str) else verify
+    """Any HTTP response in time (whatever its status); `verify`: the CA file for an https URL
+    (a plain http URL needs none)."""
+    context = _tls_context(verify) if url.startswith("https:") else False
     try:
         httpx.get(url, timeout=timeout_s, verify=context)
         return True

@@ -36,8 +36,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-num-seqs", type=int, default=None)
     p.add_argument("--max-num-batched-tokens", type=int, default=None)
     p.add_argument("--max-model-len", type=int, default=None)
-    p.add_argument("--frontend-overhead", type=float, default=None,
-                   help="seconds of serving path (HTTP, coordinator, gRPC) per request (default: measured 0.0129)")
+    overhead = p.add_mutually_exclusive_group()
+    overhead.add_argument("--frontend-overhead-ms", type=float, default=None, metavar="MS",
+                          help="milliseconds of serving path (HTTP, coordinator, gRPC) per request; "
+                               "benchmarks/sim_vs_realtime.py measures it (default: the last measurement, "
+                               f"{_default_overhead_ms()} ms; 0: the engines alone)")
+    overhead.add_argument("--frontend-overhead", type=float, default=None, metavar="S",
+                          help="the same in seconds")
     p.add_argument("--slo-ttft", type=float, default=None, help="TTFT SLO, seconds")
     p.add_argument("--slo-tpot", type=float, default=None, help="TPOT SLO, seconds per token")
     p.add_argument("--dynamic-roles", action="store_true",
@@ -76,10 +81,18 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _default_overhead_ms() -> str:
+    from mindmotor.simulator.cluster import FRONTEND_OVERHEAD_S
+
+    return f"{FRONTEND_OVERHEAD_S * 1e3:g}"
+
+
 def build_spec(args: argparse.Namespace):
     from mindmotor.simulator.cluster import ClusterSpec
 
     overrides = {f: getattr(args, a) for a, f in FLAG_FIELDS.items() if getattr(args, a) is not None}
+    if getattr(args, "frontend_overhead_ms", None) is not None:
+        overrides["frontend_overhead_s"] = args.frontend_overhead_ms / 1e3
     if (args.prefill or args.decode) and args.instances is None:
         overrides.setdefault("mixed", 0)
     if args.cluster:

@@ -6,13 +6,12 @@ field names (`mindmotor simulate --cluster cluster.json`).
 `frontend_overhead_s` is the serving path around the engine, per request: HTTP, the coordinator,
 tokenization, gRPC both ways and SSE to the first chunk. A request reaches its instance that long
 after it arrives (where the path's cost falls, way in or way out, moves the TTFT the client sees by
-the same amount). The default is measured on this platform with `benchmarks/sim_vs_realtime.py`
-(four emulated 910B3 workers behind a coordinator on this 2-core machine, 2026-12-02): the client's
-TTFT p50 minus the workers' logged TTFT p50 under the benchmark's load was 12.9, 15.2 and 12.1 ms
-in three runs (default: their median, 12.9 ms). Its parts: the coordinator's logged duration minus
-the worker's, joined per request on the request id, 6.9-8.2 ms; on an idle cluster (one max_tokens=1
-request at a time, `--measure-overhead`) the whole path takes 6.7-9.7 ms. 0.0 simulates the engines
-alone.
+the same amount). It is measured, not chosen: `benchmarks/sim_vs_realtime.py` runs the realtime
+platform (four emulated 910B3 workers behind a coordinator), takes the client's TTFT p50 minus the
+workers' logged TTFT p50 and feeds it to `mindmotor simulate --frontend-overhead-ms`. The default
+(`FRONTEND_OVERHEAD_S`) is the last such measurement documented (docs/emulator.md: 11.1 ms on
+2026-12-03, the lowest of that day's runs on this shared 2-core machine, whose load only adds to
+the path; 12.9 ms before, the median of three runs on 2026-12-02). 0.0 simulates the engines alone.
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ from pathlib import Path
 from mindmotor.common.roles import Role
 
 ROUTING_POLICIES = ("round_robin", "least_load", "cache_aware", "weighted_round_robin")
+FRONTEND_OVERHEAD_S = 0.0111           # the last measurement (see above); `--frontend-overhead-ms`
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class ClusterSpec:
     memory_fraction: float = 0.8
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = False  # the traces carry lengths, not contents
-    frontend_overhead_s: float = 0.0129  # serving path per request (measured; see above)
+    frontend_overhead_s: float = FRONTEND_OVERHEAD_S  # serving path per request (measured; see above)
     kv_host_bytes: int = 0               # per instance: the KV host tier (engine/kv_tier.py); 0: none
     cache_chunk_size: int = 256 * 2**20  # its chunks (emulated bytes)
     prefetch_depth: int = 2              # its chunk copies in flight at once

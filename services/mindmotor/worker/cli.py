@@ -46,8 +46,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              "(queued, a long prefill), so that the coordinator can tell a waiting worker from "
              "a frozen one; 0: never (default: %(default)s)")
     add(net, "--otlp-traces-endpoint", metavar="URL",
-        help="export OpenTelemetry traces (the queue, prefill and decode of each call, under the caller's "
-             "traceparent) over OTLP/HTTP to this receiver (vLLM's flag; needs the tracing extra; default: off)")
+        help="export OpenTelemetry traces (each call with its queue, prefill and decode, KV transfers, "
+             "under the caller's traceparent) over OTLP/HTTP to this receiver (vLLM's flag; needs the "
+             "tracing extra; default: off)")
+    add(net, "--inject-delay", metavar="PHASE=SECONDS",
+        help="FOR TESTS ONLY: add SECONDS to every Generate call in PHASE — worker_queue (before the "
+             "engine has the request) or network (after its last token, before the last message) — "
+             "so that a latency analysis can be checked against a known cause (default: none)")
     add(net, "--engine-stall-timeout", type=float, metavar="SECONDS", setting="engine_stall_timeout_s",
         help="keepalives stop while the engine thread has not completed a step or an idle "
              "wait for this long, so the streams of a stuck engine go silent "
@@ -110,6 +115,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              "after p computed ones: c*p + c*(c+1)/2), so that a long prompt holds back other "
              "requests' tokens for one bounded step; auto: about 30 ms of the served model's "
              "attention on the host (131072 for the bundled model); 0: no limit (default: auto)")
+    add(eng, "--priority-aging-s", type=float, metavar="SECONDS", setting="engine.priority_aging_s",
+        help="SLO classes: a class (a request priority) whose waiting requests have not had one "
+             "start for this long has its oldest one go ahead of every other request, so no "
+             "class waits longer than this plus one step for a start; 0: no aging (default: %(default)s)")
+    add(eng, "--lower-class-prefill-tokens", type=int, metavar="N", setting="engine.lower_class_prefill_tokens",
+        help="SLO classes: prefill tokens per step of less urgent prompts beside more urgent work "
+             "(always, for priorities above 0: the batch class); a step that starts a more urgent "
+             "prompt defers their decodes to the next; 0: off (default: %(default)s)")
+    add(eng, "--preferred-batch-size", type=int, metavar="N", setting="engine.preferred_batch_size",
+        help="with --batch-timeout-s: an idle engine waits for this many waiting requests "
+             "(Triton's dynamic_batching preferred_batch_size; 0: --max-num-seqs) (default: %(default)s)")
+    add(eng, "--batch-timeout-s", type=float, metavar="SECONDS", setting="engine.batch_timeout_s",
+        help="an idle engine with fewer than --preferred-batch-size waiting requests waits up to "
+             "this long after the oldest arrived before its first step (Triton's "
+             "max_queue_delay_microseconds / 1e6); 0: never waits (default: %(default)s)")
     add(eng, "--max-model-len", type=int, setting="engine.max_model_len", help="(default: the model's context)")
     add(eng, "--kv-host-budget", type=_size, metavar="SIZE", setting="engine.kv_host_budget_bytes",
         help="host memory for KV arrays, e.g. 2GiB, 512MiB or 25%% (of the machine's); past it "

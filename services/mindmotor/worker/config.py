@@ -32,8 +32,11 @@ READY_PREFIX = "MINDMOTOR_WORKER_READY"
 Port = Field(ge=0, le=65535)
 # Where `mindmotor worker` differs from the library's defaults: it serves in real time, and bounds a
 # step's prefill attention by the served model's host cost (engine/step_budget.py).
-# And it keeps a KV host tier (engine/kv_tier.py) of 5% of the machine's memory.
-ENGINE_DEFAULTS = EngineConfig(timing="realtime", max_num_batched_attention=None, kv_host_bytes=None)
+# And it keeps a KV host tier (engine/kv_tier.py) of 5% of the machine's memory. With SLO classes
+# (engine/scheduler.py, "Classes") no class waits more than 10 s for a start, and a batch-class
+# prompt computes at most 256 tokens in a step beside more urgent work.
+ENGINE_DEFAULTS = EngineConfig(timing="realtime", max_num_batched_attention=None, kv_host_bytes=None,
+                               priority_aging_s=10.0, lower_class_prefill_tokens=256)
 
 
 def default_worker_id() -> str:
@@ -57,6 +60,8 @@ class WorkerConfig(ServiceSettings):
     stream_keepalive_s: float = Field(1.0, ge=0)     # a Generate stream silent this long gets a keepalive message;
                                                      # 0: never
     otlp_traces_endpoint: str | None = None          # OTLP/HTTP receiver of traces (vLLM's flag); None: off
+    inject_delay: str | None = None                  # TESTS ONLY: "PHASE=SECONDS" added to every Generate call
+                                                     # (INJECTABLE_PHASES); None: none
     engine_stall_timeout_s: float = Field(10.0, gt=0)  # no keepalives once the engine thread has not gone round
                                                        # its loop for this long (stuck in a step)
     controller: str | None = None                    # "host:port[,host:port...]": register and heartbeat there
@@ -91,6 +96,12 @@ class WorkerConfig(ServiceSettings):
 
         return check_endpoint(value)
 
+    @field_validator("inject_delay")
+    @classmethod
+    def _inject_delay(cls, value: str | None) -> str | None:
+        parse_injected_delay(value)
+        return value
+
     @field_validator("engine", mode="before")
     @classmethod
     def _engine_text(cls, value: Any) -> Any:
@@ -111,6 +122,27 @@ class WorkerConfig(ServiceSettings):
     def given_worker_id(self) -> str | None:
         """The worker id as configured; None when it was left to the default."""
         return self.worker_id if "worker_id" in self.model_fields_set else None
+
+
+# where `--inject-delay` can put time: the phases of `mindmotor analyze latency` (common/latency_phases.py)
+# that the worker's Generate call spans — before the engine has the request (the worker's queue),
+# and after its last token before the last message goes out (the network, to the coordinator)
+INJECTABLE_PHASES = ("worker_queue", "network")
+
+
+def parse_injected_delay(text: str | None) -> tuple[str, float] | None:
+    """`"worker_queue=0.05"` → ("worker_queue", 0.05); ValueError naming what is wrong."""
+    if not text:
+        return None
+    phase, equals, seconds = text.partition("=")
+    try:
+        value = float(seconds) if equals else -1.0
+    except ValueError:
+        value = -1.0
+    if phase not in INJECTABLE_PHASES or not 0 <= value <= 60:
+        raise ValueError(f"{text!r} is not PHASE=SECONDS, PHASE one of {', '.join(INJECTABLE_PHASES)}, "
+                         "SECONDS from 0 to 60")
+    return phase, value
 
 
 def ready_line(port: int, metrics_port: int) -> str:

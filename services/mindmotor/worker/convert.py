@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from mindmotor.vocabulary import FinishReason
 from mindmotor.engine.continuation import Continuation, KVSource
 from mindmotor.rules.constraint import Constraint
@@ -86,6 +88,20 @@ def response_from_output(out: RequestOutput, timings: pb.RequestTimings | None =
     if timings is not None:
         response.timings.CopyFrom(timings)
     return response
+
+
+def response_from_outputs(outs: list[RequestOutput], timings: pb.RequestTimings | None = None
+                          ) -> pb.GenerateResponse:
+    """One response for a whole call (GenerateUnary): the outputs' tokens, text and logprobs in
+    order, the first one's prompt logprobs, the last one's finish, usage and `timings`."""
+    if len(outs) == 1:
+        return response_from_output(outs[0], timings)
+    last = outs[-1]
+    whole = dataclasses.replace(
+        last, new_token_ids=[t for o in outs for t in o.new_token_ids], new_text="".join(o.new_text for o in outs),
+        new_logprobs=[lp for o in outs for lp in o.new_logprobs],
+        prompt_logprobs=next((o.prompt_logprobs for o in outs if o.prompt_logprobs), None))
+    return response_from_output(whole, timings)
 
 
 def prefill_response(out: RequestOutput, prompt_token_ids: list[int], node: str, block_size: int

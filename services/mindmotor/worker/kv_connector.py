@@ -15,6 +15,11 @@ Never a hang, never a lost request: when the pull fails, times out, or brings ma
 the engine computes the prompt itself (`finish_kv_load(..., None)`) and the stream continues the
 same way.
 
+Traced (`--otlp-traces-endpoint`): a load is a `mindmotor.worker.kv_pull` span, the child of the
+continuation's `mindmotor.worker.generate` span (`trace_parents`, kept by the service while the
+call runs), whose traceparent the PullKV call carries to the prefill worker (its
+`mindmotor.worker.kv_read` span): one trace from the coordinator through both workers.
+
 Transfer time: `α + bytes / (η · link bandwidth)` of the emulated profile (`CostModel.
 kv_transfer_seconds`) for the tokens actually pulled, over HCCS when both workers are on the
 same node, the inter-node link otherwise. In realtime timing the request does not run before
@@ -31,6 +36,7 @@ import grpc
 
 from mindmotor.common import rpc
 from mindmotor.common.logging import request_context
+from mindmotor.common.tracing import Tracing
 from mindmotor.engine.async_engine import AsyncLLMEngine, EngineDeadError
 from mindmotor.engine.continuation import KVSource
 from mindmotor.engine.kv_connector import KVBlocks, KVLoad
@@ -72,8 +78,10 @@ class PeerChannels:
 
 class WorkerKVConnector:
     def __init__(self, engine: AsyncLLMEngine, metrics: WorkerMetrics, node: str, pull_timeout_s: float,
-                 peers: PeerChannels | None = None):
+                 peers: PeerChannels | None = None, tracing: Tracing | None = None):
         self.engine = engine
+        self.tracing = tracing or Tracing("mindmotor-worker")      # off unless an endpoint
+        self.trace_parents: dict[str, object] = {}   # request id -> its call's span (tracing on)
         self.metrics = metrics
         self.node = node
         self.pull_timeout_s = pull_timeout_s
@@ -98,10 +106,16 @@ class WorkerKVConnector:
         self._spawn(self._load(load))
 
     async def _load(self, load: KVLoad) -> None:
+        span = None
+        if self.tracing.enabled:
+            span = self.tracing.start("mindmotor.worker.kv_pull", self.trace_parents.get(load.request_id), attributes={
+                "mindmotor.request_id": load.request_id, "mindmotor.kv_source": load.source.address,
+                "mindmotor.skip_blocks": load.skip_blocks, "mindmotor.tokens": load.num_tokens})
+        outcome = "engine dead"
         with request_context(load.request_id):
             try:
                 try:
-                    outcome = await self._pull_and_finish(load)
+                    outcome = await self._pull_and_finish(load, span)
                 except (EngineDeadError, asyncio.CancelledError):
                     raise
                 except Exception as exc:  # noqa: BLE001 - never strand a continuation waiting for KV
@@ -111,18 +125,23 @@ class WorkerKVConnector:
                 return                               # every stream ends with the engine's error
             finally:
                 self._spawn(self._release_at_source(load.source))
+                if span is not None:
+                    span.set_attribute("mindmotor.outcome", outcome)
+                    span.end()
             log.info("KV load done", extra={"outcome": outcome, "source": load.source.address,
                                             "skip_blocks": load.skip_blocks})
 
-    async def _pull_and_finish(self, load: KVLoad) -> str:
+    async def _pull_and_finish(self, load: KVLoad, span=None) -> str:
         """Get the continuation running: with the pulled KV ("pulled") or computed here ("fallback: ...")."""
         started = time.monotonic()
         try:
-            kv = await self._pull(load.source, load.skip_blocks)
+            kv = await self._pull(load.source, load.skip_blocks, span)
         except (grpc.aio.AioRpcError, ValueError, asyncio.TimeoutError) as exc:
             return await self._fallback(load, _describe(exc))
         num_tokens = min(load.num_tokens, kv.num_blocks * self.block_size)
-        await self._pay_transfer(num_tokens, load.source.node, started)
+        link = await self._pay_transfer(num_tokens, load.source.node, started)
+        if span is not None:
+            span.set_attributes({"mindmotor.link": link, "mindmotor.tokens_pulled": num_tokens})
         try:
             finished = await self.engine.finish_kv_load(load.request_id, kv)
         except ValueError as exc:
@@ -131,16 +150,17 @@ class WorkerKVConnector:
             self.metrics.kv_transfers.labels(outcome="pulled").inc()
         return "pulled" if finished else "gone"
 
-    async def _pull(self, source: KVSource, skip_blocks: int) -> KVBlocks:
+    async def _pull(self, source: KVSource, skip_blocks: int, span=None) -> KVBlocks:
         call = self.peers.stub(source.address).PullKV(
-            pb.PullKVRequest(handle=source.handle, skip_blocks=skip_blocks), timeout=self.pull_timeout_s)
+            pb.PullKVRequest(handle=source.handle, skip_blocks=skip_blocks), timeout=self.pull_timeout_s,
+            metadata=Tracing.inject(span) or None)
         try:
             chunks = [chunk async for chunk in call]
         finally:
             call.cancel()
         return blocks_from_chunks(chunks, skip_blocks)
 
-    async def _pay_transfer(self, num_tokens: int, peer_node: str, started: float) -> None:
+    async def _pay_transfer(self, num_tokens: int, peer_node: str, started: float) -> str:
         link = "intra_node" if peer_node == self.node else "inter_node"
         seconds = await self.engine.price_kv_transfer(num_tokens, link)
         self.metrics.kv_transfer_seconds.labels(link=link).observe(seconds)
@@ -149,6 +169,7 @@ class WorkerKVConnector:
             remaining = started + seconds - time.monotonic()
             if remaining > 0:
                 await asyncio.sleep(remaining)
+        return link
 
     async def _fallback(self, load: KVLoad, reason: str) -> str:
         log.warning("KV transfer failed; prefilling here instead", extra={"reason": reason})

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from mindmotor.common.block_hash import block_hashes
+from mindmotor.common.tracing import CURRENT_SPAN, Tracing
 from mindmotor.engine.async_engine import AsyncLLMEngine, EngineDeadError
 from mindmotor.engine.llm_engine import ValidatedRequest
 
@@ -63,7 +64,7 @@ def model_key(model_dir: str | Path, block_shape: tuple[int, ...], dtype: np.dty
 
 class SharedKVTier:
     def __init__(self, engine: AsyncLLMEngine, redis_url: str, *, prefix: str = "mindmotor", ttl_s: float = 600.0,
-                 node_link: str = "inter_node", timeout_s: float = 0.5, metrics=None):
+                 node_link: str = "inter_node", timeout_s: float = 0.5, metrics=None, tracing: Tracing | None = None):
         import redis.asyncio as redis
 
         inner = engine.engine
@@ -88,6 +89,7 @@ class SharedKVTier:
         self.errors = 0
         self._skip_until = 0.0
         self.metrics = metrics            # WorkerMetrics, or None
+        self.tracing = tracing or Tracing("mindmotor-worker")     # a fetch is a span of the request's trace
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -156,6 +158,17 @@ class SharedKVTier:
         if not wanted:
             return 0
         started = time.monotonic()
+        stored = 0
+        try:
+            stored = await self._fetch(wanted, started)
+            return stored
+        finally:
+            if self.tracing.enabled:
+                self.tracing.span_after("mindmotor.worker.kv_shared_fetch", CURRENT_SPAN.get(), started,
+                                        time.monotonic(), {"mindmotor.blocks_wanted": len(wanted),
+                                                           "mindmotor.blocks": stored})
+
+    async def _fetch(self, wanted: list[bytes], started: float) -> int:
         try:
             values = await self.redis.mget([self._key(h) for h in wanted])
         except Exception as exc:  # noqa: BLE001 - the prompt is computed instead

@@ -16,6 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from mindmotor.common import vllm_metrics as V
+from mindmotor.common.metric_children import cache_all
 from mindmotor.common.roles import Role
 from mindmotor.vocabulary import SUCCESSFUL_FINISHES, FinishReason
 
@@ -242,6 +243,9 @@ class WorkerMetrics:
         self.vllm_phases = {name: Histogram(name, doc, [V.LABEL], buckets=V.REQUEST_LATENCY_BUCKETS,
                                             registry=self.registry)
                             for name, doc in PHASE_DOCS.items()}
+        cache_all(self.requests, self.kv_transfers, self.kv_shared_blocks, self.role_switches, self.refused,
+                  self.vllm_ttft, self.vllm_tpot, self.vllm_itl, self.vllm_e2e, self.vllm_success,
+                  *self.vllm_phases.values())
 
     def request_timer(self) -> "RequestTimer":
         return RequestTimer(self)

@@ -24,7 +24,7 @@ from mindmotor.engine.async_engine import AsyncLLMEngine
 from mindmotor.protocol import worker_pb2, worker_pb2_grpc
 
 from .admission import Admission, server_options
-from .config import WorkerConfig, ready_line
+from .config import WorkerConfig, parse_injected_delay, ready_line
 from .metrics import WorkerMetrics
 from .recall import OutputRecall
 from .registration import start_agent
@@ -50,13 +50,15 @@ async def serve(config: WorkerConfig) -> int:
                             role_drain_timeout_s=config.role_drain_timeout_s, specs=specs,
                             stream_keepalive_s=config.stream_keepalive_s,
                             recall=OutputRecall(config.resume_retention_s),
-                            tracing=Tracing("mindmotor-worker", config.otlp_traces_endpoint))
+                            tracing=Tracing("mindmotor-worker", config.otlp_traces_endpoint),
+                            injected_delay=parse_injected_delay(config.inject_delay))
     metrics.collector.role = lambda: service.role
     shared = None
     if config.kv_shared:
         from .kv_shared import SharedKVTier
 
-        shared = SharedKVTier(engine, config.redis_url, ttl_s=config.kv_shared_ttl_s, metrics=metrics)
+        shared = SharedKVTier(engine, config.redis_url, ttl_s=config.kv_shared_ttl_s, metrics=metrics,
+                              tracing=service.tracing)
         shared.start()
     health = HealthServicer()
     server, port = rpc.make_server(config.host, config.port, rpc.WORKER_POLICY, registry=metrics.registry,

@@ -34,7 +34,7 @@ import grpc
 
 from mindmotor.common.logging import request_context
 from mindmotor.common.roles import Role
-from mindmotor.common.tracing import Tracing, wall_ns
+from mindmotor.common.tracing import CURRENT_SPAN, Tracing, wall_ns
 from mindmotor.vocabulary import FinishReason, RefusalReason
 from mindmotor.engine.async_engine import KEEPALIVE, AsyncLLMEngine, EngineDeadError, RequestFailed
 from mindmotor.engine.continuation import Continuation
@@ -46,7 +46,7 @@ from mindmotor.protocol import worker_pb2_grpc
 
 from .admission import Admission
 from .convert import (continuation_from_request, device_status_from_snapshot, load_from_stats, prefill_response,
-                      prompt_from_request, response_from_output, sampling_params_from_proto)
+                      prompt_from_request, response_from_output, response_from_outputs, sampling_params_from_proto)
 from .kv_connector import WorkerKVConnector
 from .metrics import WorkerMetrics
 from .model_info import digest_only, read_model_info
@@ -63,8 +63,10 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                  worker_id: str, model_name: str, role: Role | str = Role.MIXED, node: str = "",
                  kv_pull_timeout_s: float = 5.0, role_drain_timeout_s: float = 30.0,
                  specs: SpecChecker | None = None, stream_keepalive_s: float = 0.0,
-                 recall: OutputRecall | None = None, tracing: Tracing | None = None):
+                 recall: OutputRecall | None = None, tracing: Tracing | None = None,
+                 injected_delay: tuple[str, float] | None = None):
         self.engine = engine
+        self.injected_delay = injected_delay    # tests only (--inject-delay): (phase, seconds) of every Generate
         self.tracing = tracing or Tracing("mindmotor-worker")     # off unless an endpoint
         self.recall = recall or OutputRecall()   # every call's output, for a coordinator that takes over
         self.specs = specs                # None: specs are compiled by the engine alone (tests, tools)
@@ -77,7 +79,7 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
         self.model_info = read_model_info(engine.info.model_dir, model_name, engine.info.max_model_len)
         self.model_digest = digest_only(self.model_info)
         self.roles = RoleSwitch(admission, role, role_drain_timeout_s)
-        self.kv = WorkerKVConnector(engine, metrics, node, kv_pull_timeout_s)
+        self.kv = WorkerKVConnector(engine, metrics, node, kv_pull_timeout_s, tracing=self.tracing)
 
     @property
     def role(self) -> Role:
@@ -85,6 +87,20 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
 
     # ---- Generate ----------------------------------------------------------------------------
     async def Generate(self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext) -> None:
+        await self._generate(request, context, None)
+
+    async def GenerateUnary(self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
+                            ) -> pb.GenerateResponse:
+        """Generate as one answer (a non-streamed HTTP request): no message per output, no
+        keepalives; the same admission, refusals and cancellation."""
+        outputs: list = []
+        await self._generate(request, context, outputs)
+        return outputs[0]
+
+    async def _generate(self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext,
+                        collect: list | None) -> None:
+        """Run one request; its outputs written as they come (`collect` None) or, when the call
+        ends, its one response put into `collect`."""
         request_id = request.request_id or uuid.uuid4().hex
         with request_context(request_id):
             prompt, params, continuation = await self._admit(request_id, request, context)
@@ -94,13 +110,14 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                     "kv_source": continuation.kv_source.address if continuation.kv_source else None})
             record = self.recall.start(request_id, request_digest(prompt, request.sampling),
                                        list(continuation.output_token_ids) if continuation else [])
+            keepalive_s = self.stream_keepalive_s if collect is None else 0.0
             try:
                 with self.admission.track(request_id):
                     await self._stream(lambda: self.engine.generate(request_id, prompt, params, request.priority,
                                                                     continuation=continuation,
-                                                                    keepalive_s=self.stream_keepalive_s,
+                                                                    keepalive_s=keepalive_s,
                                                                     lora=request.lora_name or None),
-                                       context, request_id, record)
+                                       context, request_id, record, collect)
             finally:
                 self.recall.end(request_id, record)
 
@@ -140,12 +157,19 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                           f"the structured-output compilers of this worker are busy: {exc}")
 
     async def _stream(self, open_outputs, context: grpc.aio.ServicerContext, request_id: str,
-                      record: Recalled) -> None:
+                      record: Recalled, collect: list | None = None) -> None:
         """Write every output of `open_outputs()` (raises RequestError for a refused request),
-        each also kept in `record` (Recall)."""
+        each also kept in `record` (Recall); with `collect`, no writes: the outputs as one
+        response, appended to `collect` once the request finished."""
         timer = self.metrics.request_timer()
         finish_reason = FinishReason.CANCELLED  # unless the engine finishes it: the client went away
+        outs: list = []
+        span = self._call_span(context, request_id, timer) if self.tracing.enabled else None
+        current = CURRENT_SPAN.set(span)
+        delay_phase, delay_s = self.injected_delay or ("", 0.0)
         try:
+            if delay_phase == "worker_queue":
+                await asyncio.sleep(delay_s)
             async with aclosing(open_outputs()) as outputs:
                 async for out in outputs:
                     if out is KEEPALIVE:
@@ -157,18 +181,27 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                     timings = None
                     if out.finished:
                         timings = timer.timings(out)
-                        if self.tracing.enabled:
-                            self._trace(context, request_id, timer, timings, out)
+                        if span is not None:
+                            self._end_call_span(span, timer, timings, out)
+                            span = None
                         record.finish_reason, record.stop_reason = out.finish_reason or "", out.stop_reason
                         # Before the write: a client that closes the call as soon as it has the last
                         # message may cancel the write, but the request finished, not "cancelled".
                         finish_reason = out.finish_reason
-                        log.info("request finished", extra={
-                            "finish_reason": finish_reason, "prompt_tokens": out.num_prompt_tokens,
-                            "completion_tokens": out.num_output_tokens,
-                            "cached_tokens": out.num_cached_tokens, "ttft_s": timer.ttft_s,
-                            "duration_s": timer.elapsed_s})
-                    await context.write(response_from_output(out, timings))
+                        if log.isEnabledFor(logging.DEBUG):     # per request: DEBUG (issue 26)
+                            log.debug("request finished", extra={
+                                "finish_reason": finish_reason, "prompt_tokens": out.num_prompt_tokens,
+                                "completion_tokens": out.num_output_tokens,
+                                "cached_tokens": out.num_cached_tokens, "ttft_s": timer.ttft_s,
+                                "duration_s": timer.elapsed_s})
+                    if out.finished and delay_phase == "network":
+                        await asyncio.sleep(delay_s)
+                    if collect is None:
+                        await context.write(response_from_output(out, timings))
+                    else:
+                        outs.append(out)
+                        if out.finished:
+                            collect.append(response_from_outputs(outs, timings))
         except RequestError as exc:
             finish_reason = None
             self.metrics.refused.labels(reason=RefusalReason.INVALID_ARGUMENT).inc()
@@ -183,26 +216,46 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
             await _refuse(context, grpc.StatusCode.UNAVAILABLE, f"this worker's engine has stopped: {exc}",
                           ENGINE_DEAD)
         finally:
+            CURRENT_SPAN.reset(current)
+            if span is not None:                  # refused, failed or cancelled
+                span.set_attribute("mindmotor.finish_reason", str(finish_reason or "refused"))
+                span.end()
+            self.kv.trace_parents.pop(request_id, None)
             if finish_reason is not None:
                 timer.on_finish(finish_reason)
             if finish_reason == FinishReason.CANCELLED:
                 log.info("request cancelled by the client; aborted", extra={"duration_s": timer.elapsed_s})
+        if collect is not None and not collect:     # the engine's stream ended without a finish
+            await _refuse(context, grpc.StatusCode.INTERNAL, "the engine ended the request without finishing it",
+                          REQUEST_FAILED)
 
-    def _trace(self, context, request_id: str, timer, timings, out) -> None:
-        """The call's spans, under the caller's traceparent: the call, and its queue, prefill and
-        decode (`RequestTimings`: they tile the call)."""
-        parent = self.tracing.extract(context.invocation_metadata() or ())
-        call = self.tracing.start("mindmotor.worker.generate", parent, timer.started, {
-            "mindmotor.request_id": request_id, "mindmotor.worker_id": self.worker_id,
+    def _call_span(self, context, request_id: str, timer):
+        """The call's span, under the caller's traceparent, open while the call runs: a KV pull
+        for it (`kv_connector`) is its child."""
+        span = self.tracing.start("mindmotor.worker.generate", self.tracing.extract(context.invocation_metadata() or ()),
+                                  timer.started, {"mindmotor.request_id": request_id,
+                                                  "mindmotor.worker_id": self.worker_id})
+        self.kv.trace_parents[request_id] = span
+        return span
+
+    def _end_call_span(self, span, timer, timings, out) -> None:
+        """The finished call's figures, and its queue / prefill / decode (`RequestTimings`: they tile
+        the call) as attributes and two events (the first step, the first token) — no span per
+        phase: spans are what tracing costs (benchmarks/tracing_overhead.py)."""
+        scheduled = timer.started + timings.queued_s
+        first_token = scheduled + timings.prefill_s
+        end = first_token + timings.decode_s
+        span.set_attributes({
             "mindmotor.prompt_tokens": out.num_prompt_tokens, "mindmotor.output_tokens": out.num_output_tokens,
             "mindmotor.cached_tokens": out.num_cached_tokens, "mindmotor.preemptions": timings.preemptions,
-            "mindmotor.finish_reason": str(out.finish_reason or "")})
-        at = timer.started
-        for name, seconds in (("queue", timings.queued_s), ("prefill", timings.prefill_s),
-                              ("decode", timings.decode_s)):
-            self.tracing.start(f"mindmotor.worker.{name}", call, at).end(wall_ns(at + seconds))
-            at += seconds
-        call.end(wall_ns(at))
+            "mindmotor.finish_reason": str(out.finish_reason or ""), "mindmotor.queue_s": timings.queued_s,
+            "mindmotor.prefill_s": timings.prefill_s, "mindmotor.decode_s": timings.decode_s})
+        if out.kv_tier_load is not None:         # its prefix loaded from the KV host tier
+            start, end_at, blocks = out.kv_tier_load
+            self.tracing.span_after("mindmotor.worker.kv_tier_load", span, start, end_at, {"mindmotor.blocks": blocks})
+        span.add_event("mindmotor.worker.scheduled", timestamp=wall_ns(scheduled))
+        span.add_event("mindmotor.worker.first_token", timestamp=wall_ns(first_token))
+        span.end(wall_ns(end))
 
     # ---- Abort, Status, ModelInfo, Drain ----------------------------------------------------------------
     async def Abort(self, request: pb.AbortRequest, context) -> pb.AbortResponse:
@@ -243,6 +296,14 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
 
     # ---- Prefill, PullKV, ReleaseKV, SetRole -------------------------------------------------
     async def Prefill(self, request: pb.PrefillRequest, context) -> pb.PrefillResponse:
+        if not self.tracing.enabled:
+            return await self._prefill(request, context)
+        with self.tracing.span("mindmotor.worker.prefill_only", self.tracing.extract(context.invocation_metadata() or ()),
+                               attributes={"mindmotor.request_id": request.request_id,
+                                           "mindmotor.worker_id": self.worker_id}):
+            return await self._prefill(request, context)
+
+    async def _prefill(self, request: pb.PrefillRequest, context) -> pb.PrefillResponse:
         request_id = request.request_id or uuid.uuid4().hex
         with request_context(request_id):
             prompt, params, _ = await self._admit(request_id, request, context)
@@ -277,13 +338,23 @@ class WorkerService(worker_pb2_grpc.WorkerServicer):
                 return prefill_response(out, ids, self.node, self.engine.info.block_size)
 
     async def PullKV(self, request: pb.PullKVRequest, context):
+        span = None
+        if self.tracing.enabled:           # a child of the decode worker's kv_pull (none without one)
+            parent = self.tracing.extract(context.invocation_metadata() or ())
+            if parent is not None:
+                span = self.tracing.start("mindmotor.worker.kv_read", parent, attributes={
+                    "mindmotor.kv_handle": request.handle, "mindmotor.skip_blocks": request.skip_blocks})
         try:
-            chunks = await self.kv.read(request.handle, request.skip_blocks, request.blocks_per_chunk)
-        except KeyError:
-            await context.abort(grpc.StatusCode.NOT_FOUND,
-                                f"no pinned KV under handle {request.handle!r} (released or expired)")
-        for chunk in chunks:
-            await context.write(chunk)
+            try:
+                chunks = await self.kv.read(request.handle, request.skip_blocks, request.blocks_per_chunk)
+            except KeyError:
+                await context.abort(grpc.StatusCode.NOT_FOUND,
+                                    f"no pinned KV under handle {request.handle!r} (released or expired)")
+            for chunk in chunks:
+                await context.write(chunk)
+        finally:
+            if span is not None:
+                span.end()
 
     async def ReleaseKV(self, request: pb.ReleaseKVRequest, context) -> pb.ReleaseKVResponse:
         return pb.ReleaseKVResponse(found=await self.kv.release(request.handle))

@@ -118,6 +118,7 @@ class Generation:
         self.tracing = None                       # common.tracing.Tracing when traces are exported
         self.trace_parent = None                  # the client's traceparent, extracted
         self.span = None                          # this choice's span while it runs
+        self.unary = False                        # whole answers (GenerateUnary): nobody reads it piece by piece
 
     @property
     def digest(self) -> bytes:
@@ -161,7 +162,7 @@ class Generation:
                 tried.add(instance.instance_id)
                 self.instances.append(instance.instance_id)
                 try:
-                    async for piece in self._attempt(instance):
+                    async for piece in (self._attempt_unary if self.unary else self._attempt)(instance):
                         if piece.finish_reason is not None:
                             self._finished(piece)   # before the yield: a consumer may stop at the last piece
                         yield piece
@@ -216,9 +217,13 @@ class Generation:
         cost = len(req.prompt_token_ids)
         call_id = f"{req.request_id}.p.{secrets.token_hex(3)}"
         self.source = (instance.instance_id, call_id)
+        call_span = None
+        if self.span is not None:
+            call_span = self.tracing.start("mindmotor.prefill_call", self.span, attributes={
+                "mindmotor.instance_id": instance.instance_id, "mindmotor.worker_request_id": call_id})
         call = self.channels.stub(instance.address).Prefill(
             prefill_request(call_id, req.prompt_token_ids, req.sampling.to_proto(), req.priority, req.lora),
-            timeout=self.prefill_timeout_s)
+            timeout=self.prefill_timeout_s, metadata=Tracing.inject(call_span) or None)
         watch = self._watch(instance, call, deadline=False)     # unary: no keepalives, only the table's word
         self.router.table.begin(instance.instance_id, cost)
         self.metrics.routed.labels(req.model, instance.instance_id).inc()
@@ -243,6 +248,8 @@ class Generation:
             watch.close()
             call.cancel()
             self.router.table.end(instance.instance_id, cost)
+            if call_span is not None:
+                call_span.end()
         if response.handle:
             self.handoff = Handoff(instance, response)
         self.instances.append(instance.instance_id)
@@ -362,6 +369,56 @@ class Generation:
             self.router.table.end(instance.instance_id, cost)
             if call_span is not None:
                 call_span.end()
+
+    async def _attempt_unary(self, instance: InstanceView) -> AsyncIterator[Piece]:
+        """`_attempt` as one unary call (GenerateUnary): the whole output as one piece. The call
+        carries no keepalives, so the progress guard watches it for the routing table's word only
+        (as Prefill); a failure loses nothing the client has (it has nothing yet)."""
+        req = self.request
+        cost = self.route.cost_tokens
+        worker_request = self._worker_request()
+        self.source = (instance.instance_id, worker_request.request_id)
+        stub = self.channels.stub(instance.address)
+        call_span = None
+        if self.span is not None:
+            call_span = self.tracing.start("mindmotor.worker_call", self.span, attributes={
+                "mindmotor.instance_id": instance.instance_id, "mindmotor.worker_request_id": worker_request.request_id})
+            call = stub.GenerateUnary(worker_request, metadata=Tracing.inject(call_span))
+        else:
+            call = stub.GenerateUnary(worker_request)
+        self.timer.on_call()
+        watch = self._watch(instance, call, deadline=False)
+        self.router.table.begin(instance.instance_id, cost)
+        self.metrics.routed.labels(req.model, instance.instance_id).inc()
+        try:
+            watch.waiting()
+            response = await call
+            watch.received()
+            if self.handoff is not None:
+                self.handoff.pulled = True          # the decode worker released the KV itself
+            if response.finish_reason == FinishReason.ABORT:
+                raise WorkerFailure("ABORTED: the worker aborted the request (draining)")
+            piece = self._piece(response)
+            self.timer.on_whole(len(piece.token_ids), piece.timings)
+        except asyncio.CancelledError as exc:
+            error = _given_up(watch, exc)
+            if error is None:
+                raise
+            raise error from None
+        except grpc.aio.AioRpcError as exc:
+            error = _given_up(watch, exc) or classify(exc)
+            if isinstance(error, APIError) and self.produced:
+                log.error("worker refused a resubmitted request", extra={"error": error.message})
+            if isinstance(error, OwnCancellation):
+                raise asyncio.CancelledError(str(error)) from None
+            raise error from None
+        finally:
+            watch.close()
+            call.cancel()
+            self.router.table.end(instance.instance_id, cost)
+            if call_span is not None:
+                call_span.end()
+        yield piece
 
     def _piece(self, response: pb.GenerateResponse | pb.PrefillResponse) -> Piece:
         token_ids = list(response.token_ids)

@@ -64,6 +64,7 @@ async def generate(c: Coordinator, request: Request, request_id: str, model: Ser
                                                       c.settings.slo_classes[slo_class]), c.settings.max_retry,
                                           c.settings.prefill_timeout_s, retry_after_s=c.settings.retry_after_s,
                                           guard=c.guard))
+            generations[-1].unary = not stream       # read whole: one unary worker call per attempt
             if c.tracing.enabled:
                 generations[-1].tracing, generations[-1].trace_parent = c.tracing, trace_parent
             prompt_indices.append(p_index)
@@ -74,7 +75,7 @@ async def generate(c: Coordinator, request: Request, request_id: str, model: Ser
     running = [i for i in range(len(generations)) if not (marker and marker.resumed and marker.marks.choices[i].finished)]
     ticket = await c.admission.acquire(model.name, len(running), slo_class, getattr(request.state, "caller", "") or "")
     return await respond(request, ChoiceSet([generations[i] for i in running], running), prompt_indices, fmt, stream,
-                         include_usage, ticket, c.metrics, model.name, c.in_flight, marker)
+                         include_usage, ticket, c.metrics, model.name, c.in_flight, marker, lora=model.lora)
 
 
 def request_class(c: Coordinator, request: Request, priority: int) -> tuple[str, int]:

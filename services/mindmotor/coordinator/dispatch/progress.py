@@ -22,8 +22,9 @@ instance failure with the reason "STALLED" — when it has been silent
 
 The caller (`Generation`) then treats the failure like any other instance failure: the
 instance is marked and reported to the controller, and the request continues elsewhere. Unary
-calls (Prefill) carry no keepalives: they are watched for the table's word only
-(`deadline=False`); their own timeout bounds them otherwise.
+calls (Prefill; GenerateUnary, a non-streamed request's call) carry no keepalives: they are watched
+for the table's word only (`deadline=False`) — a frozen worker is caught once the controller (or
+the static source's Status polls) stops hearing from it; Prefill's own timeout bounds it otherwise.
 """
 
 from __future__ import annotations

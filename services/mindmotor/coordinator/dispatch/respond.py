@@ -11,7 +11,8 @@ a failover, the last one); a stream's headers go out once every choice has its f
 choices are routed before the response starts), so they name the instances that produced the first
 tokens — a stream moved to another instance later is named in the access log line, not the headers.
 The request is counted for the version of its first choice (`version_requests`, `version_errors`,
-`version_ttft` per choice: what canary analysis judges). Only errors the version caused count as its errors
+`version_ttft` per choice: what canary analysis judges; a LoRA adapter's requests under their base
+model's label and under the adapter's name too). Only errors the version caused count as its errors
 (`version_fault`): a 5xx, an instance failure, a 400 the instance gave a request the coordinator
 accepted; a client's own 4xx (a bad parameter, a 429 `instances_busy`) and a client that went away
 do not."""
@@ -57,8 +58,8 @@ class OpenAIFraming:
 
 async def respond(request: Request, choices: ChoiceSet, prompt_indices: list[int], fmt: OutputFormat,
                   stream: bool, include_usage: bool, ticket: Ticket, metrics: CoordinatorMetrics | None = None,
-                  model: str = "", in_flight=None, marker: StreamMarker | None = None) -> Response:
-    served = ServedBy(request, choices, metrics, model)
+                  model: str = "", in_flight=None, marker: StreamMarker | None = None, lora: str | None = None) -> Response:
+    served = ServedBy(request, choices, metrics, model, lora)
     counted = False                 # this stream is in `in_flight.streams`
 
     async def close() -> None:
@@ -70,11 +71,17 @@ async def respond(request: Request, choices: ChoiceSet, prompt_indices: list[int
         ticket.release()
         served.finish()
 
-    try:
-        await until_disconnect(request, choices.start())
+    async def whole() -> list[ChoiceResult]:
+        await choices.start()
         served.started()
-        if not stream:
-            results = await until_disconnect(request, _collect(choices, prompt_indices))
+        return await _collect(choices, prompt_indices)
+
+    try:
+        if stream:
+            await until_disconnect(request, choices.start())
+            served.started()
+        else:
+            results = await until_disconnect(request, whole())
     except BaseException as exc:
         served.failed(exc)
         await close()
@@ -93,8 +100,12 @@ class ServedBy:
     """Which instances and versions served one request: the request state the headers and the
     access log read, and the per-version metrics."""
 
-    def __init__(self, request: Request, choices: ChoiceSet, metrics: CoordinatorMetrics | None, model: str):
+    def __init__(self, request: Request, choices: ChoiceSet, metrics: CoordinatorMetrics | None, model: str,
+                 lora: str | None = None):
         self.request, self.choices, self.metrics, self.model = request, choices, metrics, model
+        # an adapter's requests count for their base model and for the adapter's own name too (what
+        # the canary analysis of a new adapter version judges)
+        self.labels = (model, lora) if lora else (model,)
         self.error = False
         self.counted = False
 
@@ -122,7 +133,8 @@ class ServedBy:
             timer = generation.timer
             if generation.instances and timer.first is not None:
                 version = self._router().version_of(generation.instances[-1])
-                self.metrics.version_ttft.labels(self.model, version).observe(timer.first - timer.arrival)
+                for label in self.labels:
+                    self.metrics.version_ttft.labels(label, version).observe(timer.first - timer.arrival)
 
     def failed(self, exc: BaseException) -> None:
         if version_fault(exc):
@@ -134,9 +146,10 @@ class ServedBy:
         if self.counted or self.metrics is None or not versions:
             return
         self.counted = True
-        self.metrics.version_requests.labels(self.model, versions[0]).inc()
-        if self.error:
-            self.metrics.version_errors.labels(self.model, versions[0]).inc()
+        for label in self.labels:
+            self.metrics.version_requests.labels(label, versions[0]).inc()
+            if self.error:
+                self.metrics.version_errors.labels(label, versions[0]).inc()
 
 
 def version_fault(exc: BaseException) -> bool:

@@ -17,6 +17,7 @@ from typing import Any, Callable, Sequence
 from mindmotor.common.roles import Role
 from mindmotor.protocol import controller_pb2
 
+from mindmotor.coordinator.routing.filters import adapter_key
 from mindmotor.coordinator.routing.table import InstanceView, RoutingTable
 
 log = logging.getLogger("mindmotor.coordinator")
@@ -33,11 +34,13 @@ def view_from_info(info: controller_pb2.InstanceInfo) -> InstanceView:
 
 
 def traffic_from_table(routing_table: controller_pb2.RoutingTable) -> dict[str, dict[str, float]]:
-    """model -> version -> weight. Should two deployments name one model (the Deployer refuses
-    that), their weights are merged, the later deployment's winning for a version both name."""
+    """model -> version -> weight, and `adapter_key(model, adapter)` -> version -> weight for the
+    split of one LoRA adapter's requests. Should two deployments name one model (the Deployer
+    refuses that), their weights are merged, the later deployment's winning for a version both name."""
     traffic: dict[str, dict[str, float]] = {}
     for split in routing_table.traffic:
-        traffic.setdefault(split.model, {}).update(split.weights)
+        key = adapter_key(split.model, split.adapter) if split.adapter else split.model
+        traffic.setdefault(key, {}).update(split.weights)
     return traffic
 
 

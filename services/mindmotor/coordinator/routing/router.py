@@ -8,11 +8,12 @@ included) is limited to the versions sharing that tokenizer (`pick(versions=...)
 
 Traffic weights come from two places: the static `traffic` setting, and the controller's routing
 table (`set_table_traffic`, as the Deployer set them). For a model the table names, the table's
-weights win; the static ones apply to the other models.
+weights win; the static ones apply to the other models. A LoRA adapter's requests follow the adapter's own weights
+when the table has some (the Deployer's canary of a new adapter version), else the model's.
 
 A pick runs in two stages: the candidates (the routable instances of the model, of `roles` if
-given) go through the filter steps of `filters.py` — not excluded, of the allowed versions, of the
-version the traffic split picks — then the model's policy picks one (`policies/`). Each (model,
+given) go through the filter steps of `filters.py` — not excluded, of the allowed versions, holding
+the request's adapter, of the version the traffic split picks, with the adapter in a slot — then the model's policy picks one (`policies/`). Each (model,
 version, role group) keeps its own policy state; decode picks use `least_load` whatever the model's
 policy (a decode instance's prefix cache only saves a transfer, its load decides the TPOT)."""
 
@@ -21,8 +22,8 @@ from __future__ import annotations
 from typing import Callable, Collection
 
 from mindmotor.coordinator.http.errors import ServiceUnavailable
-from mindmotor.coordinator.routing.filters import (AdapterAffinity, Filter, RouteContext, TrafficSplit, excluded,
-                                                   of_versions)
+from mindmotor.coordinator.routing.filters import (AdapterAffinity, Filter, RouteContext, TrafficSplit, adapter_key,
+                                                   excluded, of_versions)
 from mindmotor.coordinator.routing.table import InstanceView, RoutingTable
 from mindmotor.coordinator.routing.policies import LeastLoad, Policy, RouteRequest
 
@@ -47,7 +48,8 @@ class Router:
         self._policies: dict[tuple[str, str, str], Policy] = {}
         self.traffic_split = TrafficSplit(self.traffic)
         self.adapter_affinity = AdapterAffinity()
-        self.filters: list[Filter] = [excluded, of_versions, self.adapter_affinity, self.traffic_split]
+        self.filters: list[Filter] = [excluded, of_versions, self.adapter_affinity, self.traffic_split,
+                                      AdapterAffinity(warm=True, source=self.adapter_affinity)]
         self._on_routed = on_routed
         self._versions: dict[str, str] = {}      # instance id -> its version, as last routed to
 
@@ -62,8 +64,13 @@ class Router:
         """The weights of the controller's latest routing table: model -> version -> weight."""
         self._table_traffic = traffic
 
-    def traffic(self, model: str) -> dict[str, float]:
-        """The version weights that apply to `model` now (empty: no version split)."""
+    def traffic(self, model: str, lora: str = "") -> dict[str, float]:
+        """The version weights that apply to `model` now (empty: no version split) — to its requests
+        naming LoRA adapter `lora`, that adapter's own weights when the table has them."""
+        if lora:
+            weights = self._table_traffic.get(adapter_key(model, lora))
+            if weights:
+                return weights
         return self._table_traffic.get(model) or self._static_traffic.get(model) or {}
 
     def choose_version(self, model: str, versions: Collection[str]) -> str | None:
@@ -93,7 +100,7 @@ class Router:
             candidates = step(candidates, ctx)
             if not candidates:
                 raise NoInstanceAvailable(model)
-        version = candidates[0].version if self.traffic(model) else ""
+        version = candidates[0].version if self.traffic(model, getattr(request, "lora", None) or "") else ""
         policy = self.policy(model, version, ",".join(sorted(roles)) if roles is not None else "")
         choice = policy.choose(candidates, request)
         self._versions[choice.instance_id] = choice.version

@@ -7,6 +7,8 @@ the adapter's base model (catalog/adapters.py):
 
 `base_model` may be left out when the coordinator serves one model. A corrupt or mismatched adapter
 is a 400 with the worker's reason, and nothing changes; unloading an unknown adapter is a 404.
+Unknown fields are ignored and named in `X-MindMotor-Ignored-Fields`, as on every endpoint
+(`http/ignored.py`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from mindmotor.coordinator.http.errors import APIError, BadRequest, Unauthorized
+from mindmotor.coordinator.http.ignored import note_ignored, unknown_fields
 from mindmotor.coordinator.http.openapi import API_ERRORS, api_errors
 from mindmotor.coordinator.state import Coordinator, CoordinatorDep
 
@@ -30,14 +33,14 @@ class Forbidden(APIError):
 
 
 class LoadLoraAdapter(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="allow")     # unknown fields: ignored and named (http/ignored.py)
     lora_name: str = Field(min_length=1, max_length=256, pattern=r"^[^\s/]+$")
     lora_path: str = Field(min_length=1, max_length=4096)
     base_model: str | None = None
 
 
 class UnloadLoraAdapter(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="allow")
     lora_name: str = Field(min_length=1, max_length=256)
     lora_int_id: int | None = None           # vLLM's field, accepted and unused
 
@@ -59,6 +62,7 @@ ADMIN_ERRORS = api_errors(*API_ERRORS, 403)
 @router.post("/v1/load_lora_adapter", responses=ADMIN_ERRORS)
 async def load_lora_adapter(body: LoadLoraAdapter, request: Request, c: CoordinatorDep):
     check_admin(c, request)
+    note_ignored(request, unknown_fields(body))
     names = c.catalog.names()
     if body.lora_name in names:
         raise BadRequest(f"{body.lora_name!r} is a base model's name", param="lora_name")
@@ -76,5 +80,6 @@ async def load_lora_adapter(body: LoadLoraAdapter, request: Request, c: Coordina
 @router.post("/v1/unload_lora_adapter", responses=ADMIN_ERRORS)
 async def unload_lora_adapter(body: UnloadLoraAdapter, request: Request, c: CoordinatorDep):
     check_admin(c, request)
+    note_ignored(request, unknown_fields(body))
     done = await c.adapters.unload(body.lora_name)
     return {"object": "lora_adapter", "lora_name": body.lora_name, "unloaded": True, "instances": len(done)}
