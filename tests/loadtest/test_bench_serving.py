@@ -207,8 +207,8 @@ def test_coordinator_overhead_core_tiny(platform):
         assert 0 < lat[path]["p50_ms"] <= lat[path]["p90_ms"]
     assert lat["coordinator"]["added_p50_ms"] == pytest.approx(lat["coordinator"]["p50_ms"] - lat["direct"]["p50_ms"])
     body = co.completion_body(platform["model"], 1)
-    res = co.sweep("coordinator", coord.port, "/v1/completions", body, [1, 4], 0.4, 0.1,
-                   {"coordinator": coord, "worker": worker})
+    res = co.interleaved({"coordinator": (coord.port, {"coordinator": coord, "worker": worker})}, body, [1, 4],
+                         reps=1, duration_s=0.4, warmup_s=0.1)["coordinator"]
     assert [r["concurrency"] for r in res["levels"]] == [1, 4]
     assert res["max_rps"] > 0 and all(not r["errors"] for r in res["levels"])
     assert all(r["cpu_cores"]["coordinator"] >= 0 for r in res["levels"])

@@ -36,7 +36,8 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, te
 
 PLATFORM = "mindmotor_llm"
 CONFIG_NAME = "config.pbtxt"
-PARAMETERS = ("checkpoint", "workers", "device", "emulate", "tp", "timing")
+CHECKPOINT = "checkpoint"        # the parameter naming the model's checkpoint directory
+PARAMETERS = (CHECKPOINT, "workers", "device", "emulate", "tp", "timing")
 
 
 class RepositoryError(ValueError):
@@ -143,7 +144,7 @@ def model_spec(model_dir: Path, triton_schema: bool = True) -> dict:
         if key not in PARAMETERS:
             raise RepositoryError(f"{where}: unknown parameter {key!r}; known: {', '.join(PARAMETERS)}")
         text_value = value.string_value
-        if key == "checkpoint":
+        if key == CHECKPOINT:
             checkpoint = Path(text_value)
             spec["path"] = str(checkpoint if checkpoint.is_absolute() else (model_dir / checkpoint).resolve())
         else:
