@@ -2,7 +2,8 @@
 controllers (`spawn_controller`, tests/support/service_processes.py); a Redis key prefix of the
 test's own (`redis_prefix`); and the suite-wide secret grep — at the end of the session every log file the suite produced (under
 pytest's base temporary directory, and the /tmp/mindmotor-up-* and /tmp/mindmotor-deployer-*
-directories made during the session) is searched for every secret registered through
+directories made during the session) is searched (under pytest-xdist, by the controller's session, for
+the secrets every worker registered) for every secret registered through
 tests/support/secrets_registry.py and for every private key found there; a hit fails the session."""
 
 from __future__ import annotations
@@ -110,10 +111,19 @@ def _log_roots(config) -> list[Path]:
 
 
 def pytest_sessionfinish(session, exitstatus):
+    worker = getattr(session.config, "workerinput", None)
+    if worker is not None:
+        # a pytest-xdist worker: its session's status is not the run's, so it hands the secrets
+        # its tests gave to the controller (next to the worker's own temporary directory, under
+        # the controller's), whose session greps every worker's logs for all of them
+        basetemp = Path(session.config._tmp_path_factory.getbasetemp())
+        secrets_registry.hand_over(basetemp.parent / f"secrets-{worker['workerid']}.txt")
+        return
     roots = _log_roots(session.config)
     for root in roots:
         for key in secrets_registry.private_keys_under(root):
             secrets_registry.given_private_key(key)
+        secrets_registry.take_over(root)
     files = [path for root in roots for path in secrets_registry.log_files_under(root)]
     leaks = secrets_registry.find_leaks(files, secrets_registry.registered())
     if not leaks:

@@ -39,6 +39,17 @@ def registered() -> frozenset[str]:
     return frozenset(_given)
 
 
+def hand_over(path: Path) -> None:
+    """Write the registered secrets to `path` (a pytest-xdist worker, for its controller)."""
+    path.write_text("".join(f"{value}\n" for value in sorted(_given)))
+
+
+def take_over(root: Path) -> None:
+    """Register the secrets the workers handed over (`hand_over`) into `root`."""
+    for path in root.glob("secrets-*.txt"):
+        _given.update(line for line in path.read_text().splitlines() if line)
+
+
 def private_keys_under(root: Path) -> list[Path]:
     """PEM private key files under `root` (e.g. the PKIs `mindmotor up` and the fixtures made)."""
     found = []
