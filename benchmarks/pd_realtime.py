@@ -31,10 +31,14 @@ from pathlib import Path
 import grpc
 import httpx
 
-from benchmarks.common import BenchRequest, log, percentile, r3, r4
-from loadtest.bench_serving import RequestResult, send_request
-from mindmotor.protocol import worker_pb2, worker_pb2_grpc
-from mindmotor.runtime.child_process import ChildProcess
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:     # `python benchmarks/<this>.py` from anywhere
+    sys.path.insert(0, str(REPO_ROOT))
+
+from benchmarks.common import BenchRequest, log, percentile, r3, r4  # noqa: E402
+from loadtest.bench_serving import RequestResult, send_request  # noqa: E402
+from mindmotor.protocol import worker_pb2, worker_pb2_grpc  # noqa: E402
+from mindmotor.runtime.child_process import ChildProcess  # noqa: E402
 
 PROFILE = "qwen2-7b"
 DEVICE = "910B3"
@@ -91,12 +95,13 @@ def start_cluster(kind: str, model_dir: str, log_dir: Path, chunk_tokens: int, s
     for i, (role, flags) in enumerate(worker_roles(kind, chunk_tokens)):
         args = ["worker", "--model", model_dir, "--host", "127.0.0.1", "--port", "0", "--metrics-port", "0",
                 "--device", DEVICE, "--emulate", PROFILE, "--timing", "realtime", "--role", role,
-                "--node", "bench-node", "--worker-id", f"{kind}-{role}-{i}", "--seed", str(seed), *flags]
+                "--node", "bench-node", "--worker-id", f"{kind}-{role}-{i}", "--seed", str(seed),
+                "--log-level", "DEBUG", *flags]          # "request finished" per request (sim_vs_realtime.py reads it)
         workers.append(ChildProcess(f"{kind}-{i}", args, "MINDMOTOR_WORKER_READY", log_dir / f"{kind}-worker-{i}.log"))
     try:
         addresses = [f"127.0.0.1:{w.wait_ready(120)['port']}" for w in workers]
         args = ["coordinator", "--host", "127.0.0.1", "--port", "0", "--policy", "least_load",
-                "--model", f"{Path(model_dir).name}={model_dir}"]
+                "--model", f"{Path(model_dir).name}={model_dir}", "--access-log"]   # every request's line
         for address in addresses:
             args += ["--worker", address]
         coordinator = ChildProcess(f"{kind}-coordinator", args, "MINDMOTOR_COORDINATOR_READY",

@@ -46,12 +46,16 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import BenchRequest, log, percentile, random_tokens
-from mindmotor.device.cost_model import CostModel, StepShape
-from mindmotor.device.profiles import get_profile
-from mindmotor.device.specs import get_device_spec
-from mindmotor.simulator import ClusterSpec, TraceRequest, load_trace, simulate
-from mindmotor.simulator.report import summarize
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:     # `python benchmarks/<this>.py` from anywhere
+    sys.path.insert(0, str(REPO_ROOT))
+
+from benchmarks.common import BenchRequest, log, percentile, random_tokens  # noqa: E402
+from mindmotor.device.cost_model import CostModel, StepShape  # noqa: E402
+from mindmotor.device.profiles import get_profile  # noqa: E402
+from mindmotor.device.specs import get_device_spec  # noqa: E402
+from mindmotor.simulator import ClusterSpec, TraceRequest, load_trace, simulate  # noqa: E402
+from mindmotor.simulator.report import summarize  # noqa: E402
 
 MAX_PROMPT, MAX_OUTPUT = 2000, 200           # the host checkpoint's 4,096 positions
 
