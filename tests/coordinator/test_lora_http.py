@@ -98,6 +98,9 @@ def test_adapters_through_the_api(setup, make_coordinator, tiny_ckpt, model_name
 
         load = threading.Thread(target=steady)
         load.start()
+        # the steady requests are under way before the first load (on a busy host its first answer
+        # can come after every load and unload below: then nothing would have been checked)
+        wait_until(lambda: len(statuses) >= 2, timeout=60, what="the steady requests under way")
         assert client.post("/v1/load_lora_adapter", json={"lora_name": "poet", "lora_path": str(paths["poet"])}
                            ).status_code == 401                                  # no admin token
         bad = client.post("/v1/load_lora_adapter", json={"lora_name": "poet", "lora_path": str(broken)}, headers=admin)
@@ -115,6 +118,8 @@ def test_adapters_through_the_api(setup, make_coordinator, tiny_ckpt, model_name
         assert gone.headers["x-mindmotor-ignored-fields"] == "force"
         assert completion(client, "poet").status_code == 404
         assert client.post("/v1/unload_lora_adapter", json={"lora_name": "poet"}, headers=admin).status_code == 404
+        after = len(statuses)
+        wait_until(lambda: len(statuses) >= after + 2, timeout=60, what="steady requests after the unload")
         stop.set()
         load.join()
         assert statuses and set(statuses) == {200}
