@@ -103,16 +103,20 @@ def test_neutral_values_are_accepted(http, model_name):
     assert http.post("/v1/chat/completions", json=body).status_code == 200
 
 
-def test_unseeded_choices_differ_and_a_seed_reproduces_on_any_worker(http, model_name):
+def test_unseeded_choices_differ_and_a_seed_reproduces_on_any_worker(http, model_name, make_coordinator,
+                                                                     virtual_workers):
     """Unseeded sampling draws fresh entropy per request (every worker used to seed its engine with 0,
     so the same prompt gave the same "random" text everywhere); one seed gives one text wherever the
-    request runs (repeated requests spread over the two workers)."""
+    request runs (repeated requests through a round-robin coordinator: both workers, in turn — the
+    shared coordinator's least_load may keep an idle pair's requests on one)."""
     body = {"model": model_name, "prompt": PROMPT, "max_tokens": 12, "ignore_eos": True, "temperature": 1.0}
     unseeded = http.post("/v1/completions", json={**body, "n": 4})
     assert unseeded.status_code == 200, unseeded.text
     assert len({c["text"] for c in unseeded.json()["choices"]}) > 1
     assert http.post("/v1/completions", json=body).json()["choices"][0]["text"] != \
         http.post("/v1/completions", json=body).json()["choices"][0]["text"]
-    seeded = [http.post("/v1/completions", json={**body, "seed": 21}) for _ in range(4)]
+    turns = make_coordinator(workers=[w.address for w in virtual_workers], policy="round_robin")
+    with httpx.Client(base_url=turns.url, timeout=60) as in_turn:
+        seeded = [in_turn.post("/v1/completions", json={**body, "seed": 21}) for _ in range(4)]
     assert len({r.json()["choices"][0]["text"] for r in seeded}) == 1
     assert len({r.headers["x-mindmotor-instance"] for r in seeded}) == 2     # ran on both workers
