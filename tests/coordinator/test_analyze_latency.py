@@ -55,10 +55,12 @@ def test_names_decode_then_prefill_as_the_top_phase(coordinator, model_name, cap
     assert 0 <= row["slo_met"] <= 1          # the standard class has targets (TTFT 5 s, TPOT 0.2 s)
     assert (tmp_path / "latency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
-    # between two scrapes (what --window does), long prompts with one output token each: prefill,
-    # and only those requests
+    # between two scrapes (what --window does), long prompts (~840 tokens) with one output token
+    # each: prefill, and only those requests. (The worker's decode time of a one-token request is
+    # its last output's way from the engine to the call, tens of ms on a busy host: the prompts are
+    # long enough for their prefill to stay ahead of it.)
     before = parse(scrape(coordinator))
-    send(coordinator, model_name, "the history of the world in many words " * 20, max_tokens=1)
+    send(coordinator, model_name, "the history of the world in many words " * 40, max_tokens=1)
     (row,) = breakdown(parse(scrape(coordinator)).minus(before))
     assert row.requests == 3 and row.top == "prefill", row
 
