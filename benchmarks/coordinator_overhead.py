@@ -51,8 +51,12 @@ from mindmotor.runtime.child_process import ChildProcess, ChildProcessError
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:     # `python benchmarks/coordinator_overhead.py` from anywhere
+    sys.path.insert(0, str(REPO_ROOT))
+
+from benchmarks.common import SHORT_PROMPT_IDS as PROMPT_IDS, HTTPConnection, completion_body  # noqa: E402,E501
+
 SERVERS = Path(__file__).resolve().parent / "coordinator_overhead_servers.py"
-PROMPT_IDS = [11, 12, 13, 14, 15, 16, 17, 18]
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -115,63 +119,6 @@ def start_helper(kind: str, args: list[str], log_dir: Path, profile_path: str | 
                program=[sys.executable, str(SERVERS)])
     s.wait_ready()
     return s
-
-
-# ---- a small HTTP/1.1 client -------------------------------------------------------------------
-class HTTPConnection:
-    """One keep-alive HTTP/1.1 connection on asyncio streams (TCP_NODELAY, as asyncio sets it).
-    Enough for JSON request/response: Content-Length or chunked response bodies."""
-
-    def __init__(self, host: str, port: int):
-        self.host, self.port = host, port
-        self.reader: asyncio.StreamReader | None = None
-        self.writer: asyncio.StreamWriter | None = None
-
-    async def connect(self) -> None:
-        self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-
-    async def request(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
-        if self.writer is None:
-            await self.connect()
-        head = (f"{method} {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
-                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
-        self.writer.write(head + body)
-        header = await self.reader.readuntil(b"\r\n\r\n")
-        lines = header.decode("latin-1").split("\r\n")
-        status = int(lines[0].split(" ", 2)[1])
-        headers = {}
-        for line in lines[1:]:
-            if ":" in line:
-                k, v = line.split(":", 1)
-                headers[k.strip().lower()] = v.strip()
-        if "content-length" in headers:
-            data = await self.reader.readexactly(int(headers["content-length"]))
-        elif headers.get("transfer-encoding", "").lower() == "chunked":
-            parts = []
-            while True:
-                size = int((await self.reader.readuntil(b"\r\n")).split(b";")[0], 16)
-                chunk = await self.reader.readexactly(size + 2)
-                if size == 0:
-                    break
-                parts.append(chunk[:-2])
-            data = b"".join(parts)
-        else:
-            data = await self.reader.read()
-            self.close()
-            self.writer = None
-        if headers.get("connection", "").lower() == "close":
-            self.close()
-            self.writer = None
-        return status, data
-
-
-def completion_body(model: str, max_tokens: int) -> bytes:
-    return json.dumps({"model": model, "prompt": PROMPT_IDS, "max_tokens": max_tokens, "temperature": 0,
-                       "ignore_eos": True}).encode()
 
 
 def pct(values: list[float], p: float) -> float:
